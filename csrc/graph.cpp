@@ -1,0 +1,122 @@
+#include "graph.h"
+
+#include <cmath>
+
+namespace river {
+
+namespace {
+
+ggml_tensor * build_norm(const GraphContext & g, ggml_tensor * cur, ggml_tensor * weight) {
+    return ggml_mul(g.ctx, ggml_rms_norm(g.ctx, cur, g.hp.rms_eps), weight);
+}
+
+ggml_tensor * add_bias(const GraphContext & g, ggml_tensor * cur, ggml_tensor * bias) {
+    return bias ? ggml_add(g.ctx, cur, bias) : cur;
+}
+
+ggml_tensor * build_rope(const GraphContext & g, ggml_tensor * cur) {
+    const HParams & hp = g.hp;
+    return ggml_rope_ext(g.ctx, cur, g.in.positions, g.rope_freqs, static_cast<int>(hp.n_rot), hp.rope_mode,
+                         static_cast<int>(hp.n_ctx_train), hp.rope_freq_base, /*freq_scale*/ 1.0f,
+                         /*ext_factor*/ 0.0f, /*attn_factor*/ 1.0f, /*beta_fast*/ 32.0f, /*beta_slow*/ 1.0f);
+}
+
+// Writes K/V of this batch into layer il's cache slots, then attends over all
+// positions so far. Q/K/V arrive projected, K and Q already rotated.
+ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * Qcur, ggml_tensor * Kcur,
+                              ggml_tensor * Vcur) {
+    ggml_context * ctx = g.ctx;
+    const HParams & hp = g.hp;
+    const int64_t n_tokens = g.in.n_tokens, n_past = g.in.n_past, n_kv = n_past + n_tokens;
+    const int64_t n_embd_kv = hp.n_embd_kv(), head = hp.n_embd_head;
+    ggml_tensor * cache_k = g.kv.k(il);
+    ggml_tensor * cache_v = g.kv.v(il);
+    const size_t es_k = ggml_element_size(cache_k), es_v = ggml_element_size(cache_v);
+
+    // rows n_past .. n_past+n_tokens of K: [n_embd_kv * n_tokens]
+    ggml_tensor * k_slots = ggml_view_1d(ctx, cache_k, n_tokens * n_embd_kv, ggml_row_size(cache_k->type, n_embd_kv) * n_past);
+    // columns n_past .. of the transposed V: [n_tokens, n_embd_kv]
+    ggml_tensor * v_slots = ggml_view_2d(ctx, cache_v, n_tokens, n_embd_kv, cache_v->nb[1], es_v * n_past);
+    ggml_build_forward_expand(g.gf, ggml_cpy(ctx, Kcur, k_slots));
+    ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, Vcur, n_embd_kv, n_tokens)), v_slots));
+
+    // [head, n_kv, n_head_kv]
+    ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1], es_k * head, 0);
+    // [n_kv, head, n_head_kv]
+    ggml_tensor * v = ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head, 0);
+    // [head, n_tokens, n_head]
+    ggml_tensor * q = ggml_permute(ctx, Qcur, 0, 2, 1, 3);
+
+    // softmax(q k^T / sqrt(d) + mask): [n_kv, n_tokens, n_head]
+    ggml_tensor * kq = ggml_mul_mat(ctx, k, q);
+    kq = ggml_soft_max_ext(ctx, kq, g.in.kq_mask, 1.0f / std::sqrt(static_cast<float>(head)), 0.0f);
+    ggml_format_name(kq, "kq_soft_max-%d", static_cast<int>(il));
+
+    // [head, n_tokens, n_head] -> [head, n_head, n_tokens] -> [n_embd_q, n_tokens]
+    ggml_tensor * kqv = ggml_mul_mat(ctx, v, kq);
+    ggml_tensor * cur = ggml_permute(ctx, kqv, 0, 2, 1, 3);
+    return ggml_cont_2d(ctx, cur, hp.n_embd_q(), n_tokens);
+}
+
+}  // namespace
+
+ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_t il, ggml_tensor * inpL) {
+    ggml_context * ctx = g.ctx;
+    const HParams & hp = g.hp;
+    const int64_t n_tokens = g.in.n_tokens;
+    const int il_name = static_cast<int>(il);
+
+    ggml_tensor * inpSA = inpL;
+    ggml_tensor * cur = build_norm(g, inpL, w.attn_norm);
+    ggml_format_name(cur, "attn_norm-%d", il_name);
+
+    // [n_embd_head, n_head(_kv), n_tokens]
+    ggml_tensor * Qcur = ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wq, cur), w.bq), hp.n_embd_head, hp.n_head, n_tokens);
+    ggml_tensor * Kcur = ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wk, cur), w.bk), hp.n_embd_head, hp.n_head_kv, n_tokens);
+    ggml_tensor * Vcur = add_bias(g, ggml_mul_mat(ctx, w.wv, cur), w.bv);
+    if (w.q_norm) {
+        Qcur = build_norm(g, Qcur, w.q_norm);
+        Kcur = build_norm(g, Kcur, w.k_norm);
+    }
+    Qcur = build_rope(g, Qcur);
+    Kcur = build_rope(g, Kcur);
+    ggml_format_name(Qcur, "Qcur-%d", il_name);
+    ggml_format_name(Kcur, "Kcur-%d", il_name);
+
+    cur = build_attention(g, il, Qcur, Kcur, Vcur);
+    cur = ggml_mul_mat(ctx, w.wo, cur);
+    ggml_format_name(cur, "attn_out-%d", il_name);
+
+    ggml_tensor * ffn_inp = ggml_add(ctx, cur, inpSA);
+    ggml_format_name(ffn_inp, "ffn_inp-%d", il_name);
+
+    // down(silu(gate(x)) * up(x))
+    cur = build_norm(g, ffn_inp, w.ffn_norm);
+    cur = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, w.ffn_gate, cur), ggml_mul_mat(ctx, w.ffn_up, cur));
+    cur = ggml_mul_mat(ctx, w.ffn_down, cur);
+    ggml_format_name(cur, "ffn_out-%d", il_name);
+
+    cur = ggml_add(ctx, cur, ffn_inp);
+    ggml_format_name(cur, "l_out-%d", il_name);
+    return cur;
+}
+
+ggml_tensor * build_state_similarity(ggml_context * ctx, ggml_tensor * before, ggml_tensor * after) {
+    // (a . b) / sqrt(|a|^2 |b|^2), per column
+    ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, before, after));
+    ggml_tensor * aa = ggml_sum_rows(ctx, ggml_sqr(ctx, before));
+    ggml_tensor * bb = ggml_sum_rows(ctx, ggml_sqr(ctx, after));
+    ggml_tensor * sim = ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, aa, bb)));
+    ggml_set_name(sim, "state_similarity");
+    return sim;
+}
+
+ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml_tensor * output, ggml_tensor * cur) {
+    cur = build_norm(g, cur, output_norm);
+    ggml_set_name(cur, "result_norm");
+    cur = ggml_mul_mat(g.ctx, output, cur);
+    ggml_set_name(cur, "result_output");
+    return cur;
+}
+
+}  // namespace river

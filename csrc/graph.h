@@ -1,0 +1,42 @@
+// ggml graph builders: one transformer block, the state similarity, the head.
+// Pure functions from tensors to tensors; they own nothing and decide nothing —
+// which weights compute which layer is the engine's business.
+#pragma once
+
+#include "ggml.h"
+#include "hparams.h"
+#include "kv_cache.h"
+#include "weights.h"
+
+namespace river {
+
+// Inputs of one batch of consecutive positions [n_past, n_past + n_tokens).
+struct BatchInputs {
+    ggml_tensor * tokens = nullptr;     // I32 [n_tokens]
+    ggml_tensor * positions = nullptr;  // I32 [n_tokens]
+    ggml_tensor * kq_mask = nullptr;    // F32 [n_kv, n_tokens], 0 or -inf (causal)
+    int64_t n_tokens = 0;
+    int64_t n_past = 0;
+};
+
+struct GraphContext {
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+    const HParams & hp;
+    const KvCache & kv;
+    const BatchInputs & in;
+    ggml_tensor * rope_freqs;   // nullptr unless the model has llama3 frequency factors
+};
+
+// One pre-norm block; writes this batch's K/V of layer il into the cache.
+// inpL: [n_embd, n_tokens] -> [n_embd, n_tokens]
+ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_t il, ggml_tensor * inpL);
+
+// Cosine similarity per token of the residual stream before and after a block.
+// [n_embd, n_tokens] x 2 -> [1, n_tokens]
+ggml_tensor * build_state_similarity(ggml_context * ctx, ggml_tensor * before, ggml_tensor * after);
+
+// Final RMSNorm and LM head. [n_embd, n_out] -> [n_vocab, n_out]
+ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml_tensor * output, ggml_tensor * cur);
+
+}  // namespace river

@@ -1,0 +1,45 @@
+// The KV cache of one sequence: one K and one V tensor per layer.
+// Owned by the engine, not by a weight set: whichever weights compute layer l for
+// a token write that token's slot, so backbone and river share one cache.
+// Knows nothing of graphs beyond handing out the per-layer tensors.
+#pragma once
+
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "hparams.h"
+#include "weights.h"
+
+namespace river {
+
+class KvCache {
+public:
+    KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_t backend);
+    ~KvCache();
+    KvCache(const KvCache &) = delete;
+    KvCache & operator=(const KvCache &) = delete;
+
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t n_past() const { return n_past_; }
+
+    // K of layer il, row per position:              [n_embd_kv, n_ctx]
+    ggml_tensor * k(int64_t il) const { return k_[il]; }
+    // V of layer il, stored transposed, row per dim: [n_ctx, n_embd_kv]
+    ggml_tensor * v(int64_t il) const { return v_[il]; }
+
+    // Positions [0, n_past) hold valid entries; later slots are overwritten by the
+    // next forward pass, so shrinking n_past is all a rewind needs.
+    void advance(int64_t n_tokens);
+    void rewind(int64_t n_past);
+
+private:
+    int64_t n_ctx_;
+    int64_t n_past_ = 0;
+    ggml_context * ctx_ = nullptr;
+    BufferPtr buffer_;
+    std::vector<ggml_tensor *> k_;
+    std::vector<ggml_tensor *> v_;
+};
+
+}  // namespace river

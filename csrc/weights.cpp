@@ -1,0 +1,105 @@
+#include "weights.h"
+
+#include <string>
+
+#include "common.h"
+#include "ggml-cpu.h"
+#include "gguf_file.h"
+
+namespace river {
+
+const MatrixSlot k_layer_matrices[7] = {
+    {"attn_q.weight", &LayerWeights::wq},         {"attn_k.weight", &LayerWeights::wk},
+    {"attn_v.weight", &LayerWeights::wv},         {"attn_output.weight", &LayerWeights::wo},
+    {"ffn_gate.weight", &LayerWeights::ffn_gate}, {"ffn_up.weight", &LayerWeights::ffn_up},
+    {"ffn_down.weight", &LayerWeights::ffn_down},
+};
+
+namespace {
+
+class TensorBinder {
+public:
+    TensorBinder(const GgufFile & file, ggml_backend_buffer_t buffer) : file_(file), buffer_(buffer) {}
+
+    // Returns the tensor bound to its bytes; nullptr for an absent optional tensor.
+    ggml_tensor * bind(const std::string & name, std::initializer_list<int64_t> shape, bool required = true) {
+        ggml_tensor * t = file_.find_tensor(name);
+        if (!t) {
+            if (required) {
+                throw Error("missing tensor '" + name + "' in " + file_.path());
+            }
+            return nullptr;
+        }
+        int dim = 0;
+        for (int64_t n : shape) {
+            if (t->ne[dim] != n) {
+                throw Error("tensor '" + name + "' has shape [" + shape_str(t) + "], expected dimension " +
+                            std::to_string(dim) + " = " + std::to_string(n) + " in " + file_.path());
+            }
+            ++dim;
+        }
+        if (!t->buffer) {
+            // Several names may refer to one tensor (tied embeddings): bind once.
+            if (ggml_backend_tensor_alloc(buffer_, t, file_.tensor_data(name)) != GGML_STATUS_SUCCESS) {
+                throw Error("cannot bind tensor '" + name + "' in " + file_.path());
+            }
+        }
+        return t;
+    }
+
+private:
+    static std::string shape_str(const ggml_tensor * t) {
+        std::string s;
+        for (int i = 0; i < ggml_n_dims(t); ++i) {
+            s += (i ? ", " : "") + std::to_string(t->ne[i]);
+        }
+        return s;
+    }
+
+    const GgufFile & file_;
+    ggml_backend_buffer_t buffer_;
+};
+
+}  // namespace
+
+ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & buffer) {
+    buffer.reset(ggml_backend_cpu_buffer_from_ptr(file.mapping(), file.file_size()));
+    if (!buffer) {
+        throw Error("cannot create a CPU buffer over " + file.path());
+    }
+    ggml_backend_buffer_set_usage(buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    TensorBinder b(file, buffer.get());
+
+    const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+    ModelWeights w;
+    w.tok_embd = b.bind("token_embd.weight", {n_embd, hp.n_vocab});
+    w.output_norm = b.bind("output_norm.weight", {n_embd});
+    w.output = b.bind("output.weight", {n_embd, hp.n_vocab}, false);
+    if (!w.output) {
+        w.output = w.tok_embd;
+    }
+    w.rope_freqs = b.bind("rope_freqs.weight", {hp.n_rot / 2}, false);
+
+    w.layers.resize(hp.n_layer);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        LayerWeights & l = w.layers[il];
+        auto name = [il](const char * suffix) { return layer_tensor_name(il, suffix); };
+        l.attn_norm = b.bind(name("attn_norm.weight"), {n_embd});
+        l.wq = b.bind(name("attn_q.weight"), {n_embd, n_q});
+        l.wk = b.bind(name("attn_k.weight"), {n_embd, n_kv});
+        l.wv = b.bind(name("attn_v.weight"), {n_embd, n_kv});
+        l.wo = b.bind(name("attn_output.weight"), {n_q, n_embd});
+        l.bq = b.bind(name("attn_q.bias"), {n_q}, false);
+        l.bk = b.bind(name("attn_k.bias"), {n_kv}, false);
+        l.bv = b.bind(name("attn_v.bias"), {n_kv}, false);
+        l.q_norm = b.bind(name("attn_q_norm.weight"), {hp.n_embd_head}, false);
+        l.k_norm = b.bind(name("attn_k_norm.weight"), {hp.n_embd_head}, false);
+        l.ffn_norm = b.bind(name("ffn_norm.weight"), {n_embd});
+        l.ffn_gate = b.bind(name("ffn_gate.weight"), {n_embd, n_ff});
+        l.ffn_up = b.bind(name("ffn_up.weight"), {n_embd, n_ff});
+        l.ffn_down = b.bind(name("ffn_down.weight"), {n_ff, n_embd});
+    }
+    return w;
+}
+
+}  // namespace river

@@ -1,0 +1,60 @@
+// Weight sets of a model: the tensors one forward pass multiplies with.
+// Owns the ggml tensors that point into a mapped GGUF (zero-copy); does not own the
+// mapping itself (GgufFile) nor any activation or cache memory.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "hparams.h"
+
+namespace river {
+
+class GgufFile;
+
+// One transformer block. Absent optional tensors are nullptr.
+struct LayerWeights {
+    ggml_tensor * attn_norm = nullptr;
+    ggml_tensor * wq = nullptr;
+    ggml_tensor * wk = nullptr;
+    ggml_tensor * wv = nullptr;
+    ggml_tensor * wo = nullptr;
+    ggml_tensor * bq = nullptr;       // qwen2
+    ggml_tensor * bk = nullptr;
+    ggml_tensor * bv = nullptr;
+    ggml_tensor * q_norm = nullptr;   // qwen3
+    ggml_tensor * k_norm = nullptr;
+    ggml_tensor * ffn_norm = nullptr;
+    ggml_tensor * ffn_gate = nullptr;
+    ggml_tensor * ffn_up = nullptr;
+    ggml_tensor * ffn_down = nullptr;
+};
+
+// The matrices a river re-quantizes; every other tensor of a block is shared.
+struct MatrixSlot {
+    const char * suffix;
+    ggml_tensor * LayerWeights::*member;
+};
+extern const MatrixSlot k_layer_matrices[7];
+
+struct ModelWeights {
+    ggml_tensor * tok_embd = nullptr;
+    ggml_tensor * output_norm = nullptr;
+    ggml_tensor * output = nullptr;       // the LM head; token_embd when tied
+    ggml_tensor * rope_freqs = nullptr;   // llama3 frequency factors
+    std::vector<LayerWeights> layers;
+};
+
+struct BufferDeleter {
+    void operator()(ggml_backend_buffer_t b) const { ggml_backend_buffer_free(b); }
+};
+using BufferPtr = std::unique_ptr<ggml_backend_buffer, BufferDeleter>;
+
+// Binds every tensor of `file` to its bytes in the mapping through one CPU buffer
+// over the whole file, checks shapes against `hp` and returns the weight set.
+// `buffer` receives the buffer, which must outlive the weights.
+ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & buffer);
+
+}  // namespace river

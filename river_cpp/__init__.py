@@ -1,0 +1,11 @@
+"""river-cpp: GGUF language models with River-LLM seamless early exit, on ggml."""
+
+from river_cpp._ggml import check_llama_cpp_python
+
+check_llama_cpp_python()
+
+from river_cpp._core import RiverError  # noqa: E402
+from river_cpp.model import RiverModel  # noqa: E402
+
+__all__ = ["RiverError", "RiverModel"]
+__version__ = "0.1.0"
