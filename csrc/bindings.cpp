@@ -4,8 +4,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <pybind11/stl.h>
+
 #include "common.h"
 #include "engine.h"
+#include "river_build.h"
 
 namespace py = pybind11;
 
@@ -13,7 +16,7 @@ namespace {
 
 using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
-py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, bool last_only) {
+py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, bool last_only, bool use_exit) {
     if (ids.ndim() != 1) {
         throw river::Error("token ids must be a 1-D sequence");
     }
@@ -24,9 +27,45 @@ py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, b
     float * out = logits.mutable_data();
     {
         py::gil_scoped_release release;
-        engine.forward(id_data, n, last_only, out);
+        engine.forward(id_data, n, last_only, use_exit, out);
     }
     return logits;
+}
+
+py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t pos, int64_t n) {
+    const int64_t n_embd_kv = engine.hparams().n_embd_kv();
+    py::array_t<float> k({n, n_embd_kv});
+    py::array_t<float> v({n, n_embd_kv});
+    engine.read_kv(layer, pos, n, k.mutable_data(), v.mutable_data());
+    return py::make_tuple(k, v);
+}
+
+void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, int64_t tail_layers, bool river_head) {
+    river::ExitConfig config;
+    config.thresholds = std::move(thresholds);
+    config.tail_layers = tail_layers;
+    config.river_head = river_head;
+    engine.set_exit(config);
+}
+
+void build_river(const river::Engine & engine, const std::vector<std::string> & layer_types,
+                 const std::string & head_type, const std::map<std::string, std::string> & metadata,
+                 const std::string & out_path, int n_threads, py::object progress) {
+    river::RiverSpec spec;
+    for (const auto & name : layer_types) {
+        spec.layer_types.push_back(river::river_type_from_name(name));
+    }
+    spec.head_type = river::river_type_from_name(head_type);
+    spec.metadata = metadata;
+    river::ProgressFn report;
+    if (!progress.is_none()) {
+        report = [progress](int64_t done, int64_t total) {
+            py::gil_scoped_acquire gil;
+            progress(done, total);
+        };
+    }
+    py::gil_scoped_release release;
+    river::build_river(engine.backbone_file(), engine.hparams(), spec, out_path, n_threads, report);
 }
 
 }  // namespace
@@ -63,7 +102,19 @@ PYBIND11_MODULE(_core, m) {
                  return std::make_unique<river::Engine>(path, params);
              }),
              py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"))
-        .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"))
+        .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("use_exit"))
+        .def("load_river", &river::Engine::load_river, py::arg("path"))
+        .def_property_readonly("has_river", &river::Engine::has_river)
+        .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("tail_layers"), py::arg("river_head"))
+        .def_property_readonly("last_exit_layers", [](const river::Engine & e) {
+            const auto & layers = e.last_exit_layers();
+            return py::array_t<int32_t>(static_cast<py::ssize_t>(layers.size()), layers.data());
+        })
+        .def_property_readonly("last_similarities", [](const river::Engine & e) {
+            const auto & values = e.last_similarities();
+            return py::array_t<float>(static_cast<py::ssize_t>(values.size()), values.data());
+        })
+        .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
         .def("rewind", &river::Engine::rewind, py::arg("n_past"))
         .def("reset", &river::Engine::reset)
         .def_property("n_threads", &river::Engine::n_threads, &river::Engine::set_n_threads)
@@ -72,5 +123,13 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("n_layer", [](const river::Engine & e) { return e.hparams().n_layer; })
         .def_property_readonly("n_vocab", [](const river::Engine & e) { return e.hparams().n_vocab; })
         .def_property_readonly("n_embd", [](const river::Engine & e) { return e.hparams().n_embd; })
-        .def_property_readonly("arch", [](const river::Engine & e) { return e.hparams().arch; });
+        .def_property_readonly("arch", [](const river::Engine & e) { return e.hparams().arch; })
+        .def_property_readonly("n_embd_kv", [](const river::Engine & e) { return e.hparams().n_embd_kv(); });
+
+    m.def("build_river", &build_river, py::arg("engine"), py::arg("layer_types"), py::arg("head_type"),
+          py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
+          "Quantize the engine's backbone matrices into a river GGUF at out_path.");
+    m.def("river_type_name", [](const std::string & name) {
+        return std::string(ggml_type_name(river::river_type_from_name(name)));
+    }, py::arg("name"), "Canonical ggml name of a river type; raises RiverError for unusable types.");
 }

@@ -1,6 +1,7 @@
 // The forward loop: batches of tokens through embedding, blocks and head, on one
-// backend, against one KV cache. Owns the backbone file and weights, the cache and
-// the graph allocator; does not sample, tokenize or decide policy (Python does).
+// backend, against one KV cache shared by the backbone and the river. Decides each
+// batch's route from the exit thresholds; does not sample, tokenize or choose the
+// thresholds (Python does).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,16 @@ struct EngineParams {
     int n_threads = 1;
 };
 
+// When and how tokens leave the backbone.
+struct ExitConfig {
+    // thresholds[d]: after d backbone layers a batch exits when the minimum over its
+    // tokens of cos(h_{d-1}, h_d) exceeds it; +inf never exits there. At d = 0 no
+    // block has run and the similarity counts as 1.
+    std::vector<float> thresholds;
+    int64_t tail_layers = 0;   // exited tokens return to the backbone for the last layers
+    bool river_head = false;   // exited tokens use the river's low-bit LM head
+};
+
 class Engine {
 public:
     Engine(const std::string & model_path, const EngineParams & params);
@@ -32,40 +43,72 @@ public:
     Engine & operator=(const Engine &) = delete;
 
     const HParams & hparams() const { return hp_; }
+    const GgufFile & backbone_file() const { return *file_; }
     int64_t n_ctx() const { return kv_->n_ctx(); }
     int64_t n_past() const { return kv_->n_past(); }
     int n_threads() const { return n_threads_; }
     void set_n_threads(int n_threads);
 
+    void load_river(const std::string & river_path);
+    bool has_river() const { return river_file_ != nullptr; }
+    void set_exit(const ExitConfig & config);
+    const ExitConfig & exit_config() const { return exit_; }
+
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
-    // n_vocab per position, or only the last position's row when last_only.
-    void forward(const int32_t * ids, int64_t n_ids, bool last_only, float * logits);
+    // n_vocab per position, or only the last position's row when last_only. With
+    // use_exit false every token runs the full backbone.
+    void forward(const int32_t * ids, int64_t n_ids, bool last_only, bool use_exit, float * logits);
+
+    // Backbone layers each token of the last forward ran (n_layer: never left).
+    const std::vector<int32_t> & last_exit_layers() const { return last_exit_layers_; }
+    // Per depth d, the batch-minimum similarity the last batch was checked with
+    // there (NaN where it was not checked).
+    const std::vector<float> & last_similarities() const { return last_similarities_; }
+
+    // Cache contents of layer il at positions [pos, pos + n) as float32 rows of
+    // n_embd_kv: for tests and inspection.
+    void read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const;
 
     void rewind(int64_t n_past) { kv_->rewind(n_past); }
     void reset() { kv_->rewind(0); }
 
 private:
-    // A run of consecutive layers computed by one graph.
+    // Layers [first_layer, end_layer) of one batch in one graph. Layers at or past
+    // exit_depth run on the river, except the backbone tail.
     struct Segment {
         int64_t first_layer;
         int64_t end_layer;
+        int64_t exit_depth;
+        bool similarity;   // also output cos(in, out) of the last layer
     };
 
-    void forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, float * logits);
-    ggml_cgraph * build_segment(ggml_context * ctx, const Segment & seg, const BatchInputs & in, bool last_only,
-                                ggml_tensor ** result);
+    int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits);
+    // Runs one segment; returns the minimum over tokens of the similarity, if asked.
+    float run_segment(const Segment & seg, const int32_t * ids, int64_t n_tokens, bool last_only, float * logits);
+    const LayerWeights & layer_weights(int64_t il, int64_t exit_depth) const;
+    ggml_tensor * head_weights(int64_t exit_depth) const;
 
     std::unique_ptr<GgufFile> file_;
     HParams hp_;
     BufferPtr weight_buffer_;
     ModelWeights backbone_;
 
+    std::unique_ptr<GgufFile> river_file_;
+    BufferPtr river_buffer_;
+    RiverWeights river_;
+    ExitConfig exit_;
+    std::vector<int32_t> last_exit_layers_;
+    std::vector<float> last_similarities_;
+
     EngineParams params_;
     int n_threads_ = 1;
     ggml_backend_t backend_ = nullptr;
     std::unique_ptr<KvCache> kv_;
+    ggml_context * state_ctx_ = nullptr;
+    BufferPtr state_buffer_;
+    ggml_tensor * state_ = nullptr;   // residual stream between segments: [n_embd, n_batch]
     ggml_gallocr_t galloc_ = nullptr;
-    std::vector<uint8_t> graph_meta_;   // scratch for the tensor and graph structs of one graph
+    std::vector<uint8_t> graph_meta_; // scratch for the tensor and graph structs of one graph
 };
 
 }  // namespace river

@@ -60,14 +60,34 @@ private:
     ggml_backend_buffer_t buffer_;
 };
 
-}  // namespace
-
-ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & buffer) {
+void map_file(const GgufFile & file, BufferPtr & buffer) {
     buffer.reset(ggml_backend_cpu_buffer_from_ptr(file.mapping(), file.file_size()));
     if (!buffer) {
         throw Error("cannot create a CPU buffer over " + file.path());
     }
     ggml_backend_buffer_set_usage(buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+}
+
+void check_river_matches(const GgufFile & file, const HParams & hp) {
+    const std::string where = "river " + file.path() + " does not match its backbone: ";
+    if (!file.has_key("general.type") || file.get_str("general.type") != "river") {
+        throw Error("not a river file (general.type != 'river'): " + file.path());
+    }
+    const std::string arch = file.get_str("general.architecture");
+    if (arch != hp.arch) {
+        throw Error(where + "architecture '" + arch + "' vs '" + hp.arch + "'");
+    }
+    const auto n_layer = file.find_u32(arch + ".block_count");
+    if (!n_layer || *n_layer != hp.n_layer) {
+        throw Error(where + "block_count " + (n_layer ? std::to_string(*n_layer) : "missing") + " vs " +
+                    std::to_string(hp.n_layer));
+    }
+}
+
+}  // namespace
+
+ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & buffer) {
+    map_file(file, buffer);
     TensorBinder b(file, buffer.get());
 
     const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
@@ -100,6 +120,24 @@ ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & 
         l.ffn_down = b.bind(name("ffn_down.weight"), {n_ff, n_embd});
     }
     return w;
+}
+
+RiverWeights map_river_weights(const GgufFile & file, const HParams & hp, const ModelWeights & backbone,
+                               BufferPtr & buffer) {
+    check_river_matches(file, hp);
+    map_file(file, buffer);
+    TensorBinder b(file, buffer.get());
+
+    RiverWeights r;
+    r.layers = backbone.layers;  // norms and biases are shared
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        for (const MatrixSlot & slot : k_layer_matrices) {
+            const ggml_tensor * bb = backbone.layers[il].*slot.member;
+            r.layers[il].*slot.member = b.bind(layer_tensor_name(il, slot.suffix), {bb->ne[0], bb->ne[1]});
+        }
+    }
+    r.output = b.bind("output.weight", {hp.n_embd, hp.n_vocab});
+    return r;
 }
 
 }  // namespace river

@@ -52,9 +52,21 @@ struct BufferDeleter {
 };
 using BufferPtr = std::unique_ptr<ggml_backend_buffer, BufferDeleter>;
 
+// A river: the backbone's blocks with low-bit matrices. Norms and biases point at
+// the backbone's tensors; `output` is the low-bit LM head.
+struct RiverWeights {
+    std::vector<LayerWeights> layers;
+    ggml_tensor * output = nullptr;
+};
+
 // Binds every tensor of `file` to its bytes in the mapping through one CPU buffer
 // over the whole file, checks shapes against `hp` and returns the weight set.
 // `buffer` receives the buffer, which must outlive the weights.
 ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & buffer);
+
+// Binds a river file's matrices, after checking that it was made for a backbone of
+// this architecture and shape (a clear error names the first mismatch).
+RiverWeights map_river_weights(const GgufFile & file, const HParams & hp, const ModelWeights & backbone,
+                               BufferPtr & buffer);
 
 }  // namespace river

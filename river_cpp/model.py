@@ -7,14 +7,22 @@ text, argument checking, and the generation loop from river_cpp.generation.
 from __future__ import annotations
 
 import os
-from typing import Iterator, Optional, Sequence, Union
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from river_cpp import _core
+from river_cpp.exit_stats import ExitStats
+from river_cpp.policy import ExitPolicy
+from river_cpp.river import DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
 from river_cpp.tokenizer import Tokenizer
 
 DEFAULT_N_BATCH = 512
+# Chosen from the tau sweep on the demo model (README: "Choosing tau").
+DEFAULT_TAU = 0.99
+DEFAULT_MIN_LAYER = 2
+PREFILL_MODES = ("exit", "backbone")
 
 
 def default_n_threads() -> int:
@@ -46,7 +54,27 @@ class RiverModel:
         n_threads: Optional[int] = None,
         seed: Optional[int] = None,
         verbose: bool = False,
+        river: Union[str, os.PathLike, None] = DEFAULT_RIVER_TYPE,
+        river_types: Optional[Mapping[int, str]] = None,
+        policy: Optional[ExitPolicy] = None,
+        prefill: str = "exit",
+        tail_layers: int = 0,
+        river_head: bool = False,
+        progress: bool = True,
     ) -> None:
+        """Load a GGUF backbone and, unless ``river`` is None, its river.
+
+        river: a ggml type name ("q4_0", "q4_k", "iq4_nl", "q5_k", "q6_k", "q8_0"):
+            build (once, cached) a river of that type from the backbone; or the path
+            of a river GGUF made for this backbone; or None for the backbone alone.
+        river_types: per-layer overrides of the river type, e.g. {28: "q8_0", 29: "q8_0"}.
+        policy: when tokens leave the backbone (default: ExitPolicy.uniform(DEFAULT_TAU,
+            min_layer=DEFAULT_MIN_LAYER) with a river, never without).
+        prefill: "exit" (the prompt exits at one depth, as decode tokens do) or
+            "backbone" (the prompt always runs the full backbone: full-precision KV).
+        tail_layers: exited tokens return to the backbone for the last m layers.
+        river_head: exited tokens use the river's low-bit LM head.
+        """
         path = os.fspath(model_path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"model file not found: {path}")
@@ -62,7 +90,38 @@ class RiverModel:
             path, _positive_int("n_ctx", n_ctx), DEFAULT_N_BATCH, n_threads
         )
         self._tokenizer = Tokenizer(path, verbose=verbose)
+        self.river_path: Optional[Path] = None
+        self._load_river(river, river_types, progress)
+        if prefill not in PREFILL_MODES:
+            raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
+        self.prefill = prefill
+        if isinstance(tail_layers, bool) or not isinstance(tail_layers, int) or not 0 <= tail_layers <= self.n_layer:
+            raise ValueError(f"tail_layers must be an integer in [0, {self.n_layer}], got {tail_layers!r}")
+        self._tail_layers = tail_layers
+        self._river_head = bool(river_head)
+        if policy is None:
+            policy = ExitPolicy.uniform(DEFAULT_TAU, min_layer=DEFAULT_MIN_LAYER) if self.has_river else ExitPolicy.never()
+        self.policy = policy
 
+    def _load_river(self, river: Union[str, os.PathLike, None], river_types: Optional[Mapping[int, str]],
+                    progress: bool) -> None:
+        if river is None:
+            if river_types:
+                raise ValueError("river_types needs a river")
+            return
+        river = os.fspath(river)
+        if os.path.exists(river) or river.endswith(".gguf"):
+            if river_types:
+                raise ValueError("river_types applies to built rivers, not to a given river file")
+            if not os.path.isfile(river):
+                raise FileNotFoundError(f"river file not found: {river}")
+            self.engine.load_river(river)
+            self.river_path = Path(river)
+            return
+        spec = RiverSpec(default_type=river, layer_types=dict(river_types or {}), head_type=river)
+        spec.types_for(self.n_layer)
+        self.river_path = load_cached_river(self.engine, Path(self.model_path), spec,
+                                            n_threads=self.n_threads, progress=progress)
     # ---------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
@@ -111,6 +170,34 @@ class RiverModel:
         self.engine.n_threads = _positive_int("n_threads", value)
 
     @property
+    def has_river(self) -> bool:
+        return self.engine.has_river
+
+    @property
+    def policy(self) -> ExitPolicy:
+        """When tokens leave the backbone; assign a new ExitPolicy at any time."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: ExitPolicy) -> None:
+        if not isinstance(policy, ExitPolicy):
+            raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
+        thresholds = policy.resolve(self.n_layer)
+        if not self.has_river and any(t != float("inf") for t in thresholds):
+            raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
+        self.engine.set_exit(thresholds, self._tail_layers, self._river_head)
+        self._policy = policy
+
+    @property
+    def last_exit_layers(self) -> np.ndarray:
+        """Backbone layers each token of the last forward ran (n_layer: never left)."""
+        return self.engine.last_exit_layers
+
+    def exit_stats(self, exit_layers: Sequence[int]) -> ExitStats:
+        """Summary of a per-token exit record of this model."""
+        return ExitStats.from_exit_layers(exit_layers, self.n_layer)
+
+    @property
     def tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
@@ -142,7 +229,8 @@ class RiverModel:
         """Append `ids` to the sequence and return their logits.
 
         Returns float32 of shape [len(ids), n_vocab], or [1, n_vocab] for the last
-        position only when `last_only` (what generation needs).
+        position only when `last_only` (what generation needs). With a river, the
+        batch exits at one depth chosen by the policy; see last_exit_layers.
         """
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size == 0:
@@ -153,7 +241,9 @@ class RiverModel:
             raise ValueError(
                 f"context overflow: {self.n_past} cached + {ids.size} new tokens > n_ctx = {self.n_ctx}"
             )
-        return self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only))
+        # Prefill is a multi-token forward; "backbone" keeps the prompt's KV full precision.
+        use_exit = not (self.prefill == "backbone" and ids.size > 1)
+        return self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
 
     # ---------------------------------------------------------------- generation
 

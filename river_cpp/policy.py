@@ -1,0 +1,81 @@
+"""When a token leaves the backbone: per-depth similarity thresholds.
+
+A token that has run d backbone layers leaves when the cosine similarity between
+the residual stream entering and leaving block d-1 exceeds ``thresholds[d]``; the
+rest of its layers then run on the river. The similarity measures how much a block
+still changes the hidden state: 1 means "did nothing". On SmolLM2-135M it sits
+mostly between 0.93 and 0.99, so useful thresholds lie close to 1 (e.g. 0.97-0.995).
+``inf`` never exits at that depth and ``-inf`` always does. At d = 0 no block has
+run; the similarity counts as 1, so only a threshold below 1 exits there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+NEVER = math.inf
+ALWAYS = -math.inf
+
+
+@dataclass(frozen=True)
+class ExitPolicy:
+    """Per-depth exit thresholds: ``thresholds[d]`` for the first depths, ``beyond``
+    for every deeper one. Every constructor is this one mechanism.
+
+    >>> ExitPolicy.uniform(0.99, min_layer=4).resolve(6)
+    [inf, inf, inf, inf, 0.99, 0.99]
+    """
+
+    thresholds: tuple[float, ...] = ()
+    beyond: float = NEVER
+
+    def __post_init__(self) -> None:
+        values = tuple(float(t) for t in self.thresholds)
+        if any(math.isnan(t) for t in values) or math.isnan(float(self.beyond)):
+            raise ValueError("exit thresholds must not be NaN")
+        object.__setattr__(self, "thresholds", values)
+        object.__setattr__(self, "beyond", float(self.beyond))
+
+    @classmethod
+    def never(cls) -> "ExitPolicy":
+        """Every token runs the full backbone."""
+        return cls()
+
+    @classmethod
+    def at_layer(cls, k: int) -> "ExitPolicy":
+        """Every token runs exactly k backbone layers, then the river (k = 0: all river)."""
+        _check_depth("exit layer", k)
+        return cls((NEVER,) * k + (ALWAYS,))
+
+    @classmethod
+    def uniform(cls, tau: float, *, min_layer: int = 1, max_layer: Optional[int] = None) -> "ExitPolicy":
+        """Exit when the similarity exceeds ``tau``, checked after ``min_layer`` up to
+        ``max_layer`` backbone layers (None: up to the last layer)."""
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau):
+            raise ValueError(f"tau must be a number, got {tau!r}")
+        _check_depth("min_layer", min_layer)
+        if max_layer is None:
+            return cls((NEVER,) * min_layer, beyond=tau)
+        _check_depth("max_layer", max_layer)
+        if max_layer < min_layer:
+            raise ValueError(f"max_layer ({max_layer}) must be >= min_layer ({min_layer})")
+        return cls((NEVER,) * min_layer + (float(tau),) * (max_layer - min_layer + 1))
+
+    def resolve(self, n_layer: int) -> list[float]:
+        """The n_layer thresholds this policy means for a model of n_layer layers.
+
+        Depth n_layer (the full backbone) needs no threshold; a policy that names a
+        depth beyond it does not fit the model.
+        """
+        if len(self.thresholds) > n_layer + 1:
+            raise ValueError(f"this policy sets thresholds up to depth {len(self.thresholds) - 1}; "
+                             f"the model has {n_layer} layers")
+        padded = list(self.thresholds) + [self.beyond] * (n_layer - len(self.thresholds))
+        return padded[:n_layer]
+
+
+def _check_depth(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
