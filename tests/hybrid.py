@@ -1,0 +1,36 @@
+"""A hybrid GGUF for llama.cpp: layers < k from the backbone, >= k from a river.
+
+What River with every token exiting at k must compute, expressed as a plain model
+that llama.cpp runs with its own cache — the end-to-end check of the shared KV.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+
+INTERNAL_KEYS = ("GGUF.", "general.architecture")
+
+
+def write_hybrid_gguf(backbone: Path, river: Path, k: int, out: Path) -> Path:
+    src = gguf.GGUFReader(backbone)
+    river_tensors = {t.name: t for t in gguf.GGUFReader(river).tensors}
+    arch = src.get_field("general.architecture").contents()
+    writer = gguf.GGUFWriter(out, arch)
+    for field in src.fields.values():
+        if field.name.startswith(INTERNAL_KEYS):
+            continue
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
+    for tensor in src.tensors:
+        chosen = tensor
+        if tensor.name.startswith("blk.") and int(tensor.name.split(".")[1]) >= k:
+            chosen = river_tensors.get(tensor.name, tensor)  # norms stay the backbone's
+        writer.add_tensor(chosen.name, chosen.data, raw_dtype=chosen.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
