@@ -1,0 +1,139 @@
+"""GGUF conversions done in Python with gguf-py: dequantizing a release to F16.
+
+This module rewrites whole files (metadata and tensors); it does not build river
+weights — quantizing a backbone into a river is the C++ engine's job (river_build).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Union
+
+import gguf
+import numpy as np
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Dequantize this many values at a time, so a large token embedding never exists
+# as a whole F32 array next to its F16 copy (a 1.5B model's is ~230M values).
+_CHUNK_VALUES = 1 << 22
+
+
+def convert_to_f16(src: PathLike, dst: PathLike, *, progress: bool = True) -> Path:
+    """Write an F16 copy of the GGUF file `src` to `dst` and return `dst`.
+
+    Every tensor with two or more dimensions is dequantized and stored as F16;
+    1-D tensors (norms, biases) are stored as F32. Tensor names, shapes and order
+    and all metadata are kept, except general.file_type, which becomes MOSTLY_F16.
+    The file is written next to `dst` under a temporary name and renamed into
+    place, so `dst` is never seen half-written.
+
+    Raises FileNotFoundError when `src` does not exist and ValueError when it is
+    not a readable GGUF file.
+    """
+    src, dst = Path(src), Path(dst)
+    reader = _open_gguf(src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    # A name of our own rather than mkstemp's, whose 0600 mode would outlive the rename.
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        _write_f16(reader, tmp, progress=progress)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dst
+
+
+def _open_gguf(path: Path) -> gguf.GGUFReader:
+    if not path.exists():
+        raise FileNotFoundError(f"GGUF file not found: {path}")
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a readable GGUF file: {e}") from e
+    if reader.byte_order == "S":
+        raise ValueError(f"{path} is a big-endian GGUF file, which is not supported")
+    if gguf.Keys.General.ARCHITECTURE not in reader.fields:
+        raise ValueError(f"{path} has no {gguf.Keys.General.ARCHITECTURE} key; is it a model?")
+    return reader
+
+
+def _write_f16(reader: gguf.GGUFReader, path: Path, *, progress: bool) -> None:
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(path, arch)
+    try:
+        _copy_metadata(reader, writer)
+        writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+        for tensor in reader.tensors:
+            out_dtype = _output_dtype(tensor)
+            n_values = int(tensor.n_elements)
+            writer.add_tensor_info(
+                tensor.name, _numpy_shape(tensor), out_dtype, n_values * out_dtype.itemsize
+            )
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        bar = tqdm(reader.tensors, desc="Converting to F16", unit="tensor", disable=not progress)
+        for tensor in bar:
+            writer.write_tensor_data(_dequantize(tensor, _output_dtype(tensor)))
+    finally:
+        writer.close()
+
+
+# GGUFWriter writes these itself: the header counts, the architecture it was given,
+# and general.file_type, which we replace.
+_KEYS_WRITTEN_BY_WRITER = {
+    gguf.Keys.General.ARCHITECTURE,
+    gguf.Keys.General.ALIGNMENT,
+    gguf.Keys.General.FILE_TYPE,
+}
+
+
+def _copy_metadata(reader: gguf.GGUFReader, writer: gguf.GGUFWriter) -> None:
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in _KEYS_WRITTEN_BY_WRITER:
+            continue
+        value_type = field.types[0]
+        if value_type != gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(key, field.contents(), value_type)
+        elif len(field.types) != 2:
+            # gguf-py's reader flattens arrays of arrays; writing that back would corrupt it.
+            logger.warning("skipping metadata key %s: nested arrays are not supported", key)
+        elif not field.data:
+            # gguf-py refuses to write an empty array.
+            logger.warning("skipping metadata key %s: empty array", key)
+        else:
+            writer.add_key_value(key, field.contents(), value_type, sub_type=field.types[1])
+    if gguf.Keys.General.ALIGNMENT in reader.fields:
+        writer.add_custom_alignment(int(reader.alignment))
+
+
+def _output_dtype(tensor: gguf.ReaderTensor) -> np.dtype:
+    return np.dtype(np.float16 if len(tensor.shape) >= 2 else np.float32)
+
+
+def _numpy_shape(tensor: gguf.ReaderTensor) -> tuple[int, ...]:
+    # tensor.shape is ggml's ne (fastest-varying first); numpy's order is the reverse.
+    return tuple(int(n) for n in reversed(tensor.shape))
+
+
+def _dequantize(tensor: gguf.ReaderTensor, out_dtype: np.dtype) -> np.ndarray:
+    """The tensor's values as `out_dtype`, in numpy shape, converted a chunk of rows at a time."""
+    row_length = int(tensor.shape[0])
+    # Rows of raw data: values for float types, blocks' bytes for quantized ones.
+    raw_rows = tensor.data.reshape(-1, tensor.data.shape[-1])
+    out = np.empty((raw_rows.shape[0], row_length), dtype=out_dtype)
+    rows_per_chunk = max(1, _CHUNK_VALUES // row_length)
+    for start in range(0, raw_rows.shape[0], rows_per_chunk):
+        chunk = raw_rows[start : start + rows_per_chunk]
+        try:
+            out[start : start + rows_per_chunk] = gguf.quants.dequantize(chunk, tensor.tensor_type)
+        except NotImplementedError as e:
+            raise ValueError(f"cannot dequantize tensor {tensor.name} of type {tensor.tensor_type.name}") from e
+    return out.reshape(_numpy_shape(tensor))

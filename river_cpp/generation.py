@@ -1,0 +1,348 @@
+"""Generation: a prompt -> sampled tokens -> text, with stop conditions and streaming.
+
+Owns the decode loop's policy: when to stop, how text is cut at stop strings and
+streamed without broken characters, how it is timed. The model owns compute, the
+sampler the choice of each token. Layered as in mlx-lm: generate_step (token ids,
+forever) -> _generate_chunks (text, stops, timing) -> generate (options, results).
+"""
+
+from __future__ import annotations
+
+import codecs
+import numbers
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generator, Iterator, Literal, Optional, Sequence, Union, overload
+
+import numpy as np
+
+from river_cpp.exit_stats import ExitStats
+from river_cpp.sampling import Sampler, SamplingParams
+
+if TYPE_CHECKING:  # model.py imports this module lazily; this import is for type hints only
+    from river_cpp.model import RiverModel
+
+
+@dataclass
+class GenerationResult:
+    """A finished generation.
+
+    token_ids holds every sampled token, including an end-of-generation token or the
+    token that completed a stop string; `text` holds neither (nor the stop string).
+    finish_reason is "stop" (end-of-generation token or stop string) or "length"
+    (max_tokens reached, or the context is full).
+    prompt_seconds is the prefill and the first token's sampling; generation_seconds
+    the decode steps that produced the other tokens (time spent by a streaming
+    consumer between chunks is not counted).
+    exit_layers[i] is the number of backbone layers run by the forward whose logits
+    chose token_ids[i] (the prompt's for the first token; n_layer: never left).
+    """
+
+    text: str
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+    finish_reason: str
+    prompt_seconds: float
+    generation_seconds: float
+    exit_layers: list[int] = field(default_factory=list)
+    n_layer: int = 0
+
+    @property
+    def exit_stats(self) -> ExitStats:
+        """Mean exit layer, histogram and backbone evaluations avoided."""
+        return ExitStats.from_exit_layers(self.exit_layers, self.n_layer)
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        """Prompt tokens per second of prefill (0.0 when nothing was timed)."""
+        return _rate(len(self.prompt_token_ids), self.prompt_seconds)
+
+    @property
+    def generation_tokens_per_second(self) -> float:
+        """Tokens per second of the decode steps (0.0 when there were none).
+
+        The first token comes from the prefill's logits, so the decode steps
+        produced len(token_ids) - 1 tokens.
+        """
+        return _rate(len(self.token_ids) - 1, self.generation_seconds)
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / seconds if count > 0 and seconds > 0 else 0.0
+
+
+@dataclass
+class GenerationChunk:
+    """One sampled token, the text it made safe to show (possibly "") and the
+    backbone layers run by the forward that chose it."""
+
+    text: str
+    token_id: int
+    exit_layer: int
+
+
+class GenerationStream:
+    """The chunks of a streamed generation; `.result` once they are exhausted.
+
+    >>> stream = model.generate("Once upon a time", stream=True)
+    >>> for chunk in stream:
+    ...     print(chunk.text, end="", flush=True)
+    >>> stream.result.finish_reason
+    """
+
+    def __init__(self, chunks: Generator[GenerationChunk, None, GenerationResult]) -> None:
+        self._chunks = chunks
+        self._result: Optional[GenerationResult] = None
+
+    def __iter__(self) -> "GenerationStream":
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        try:
+            return next(self._chunks)
+        except StopIteration as finished:
+            self._result = finished.value
+            raise
+
+    @property
+    def result(self) -> GenerationResult:
+        """The GenerationResult; raises RuntimeError before the stream is exhausted."""
+        if self._result is None:
+            raise RuntimeError("the generation is still running: iterate the stream to its end first")
+        return self._result
+
+    def close(self) -> None:
+        """Stop generating; the model's cache keeps what was computed so far."""
+        self._chunks.close()
+
+
+# ---------------------------------------------------------------- token loop
+
+
+def prefill(model: "RiverModel", prompt_ids: Sequence[int]) -> np.ndarray:
+    """Append the prompt to the model's cache; the last position's logits [n_vocab]."""
+    return model.forward(prompt_ids, last_only=True)[0]
+
+
+def decode_one_token(model: "RiverModel", token: int) -> np.ndarray:
+    """Append one token to the model's cache; its logits [n_vocab]."""
+    return model.forward([token], last_only=True)[0]
+
+
+def generate_step(model: "RiverModel", prompt_ids: Sequence[int], sampler: Sampler) -> Iterator[int]:
+    """Sampled token ids continuing `prompt_ids`, one per next(), until the caller stops.
+
+    Continues the model's current cache. Lazy: the decode step that feeds a token
+    runs only when the caller asks for the next one, so between two next() calls
+    the model still holds the forward that produced the token just yielded. Ends
+    when the prompt and the tokens yielded fill the context (model.n_ctx).
+    """
+    history = list(prompt_ids)
+    logits = prefill(model, prompt_ids)
+    while True:
+        token = sampler(logits, history)
+        history.append(token)
+        yield token
+        # The cache holds everything before `token`; with it the sequence is full.
+        if model.n_past + 1 >= model.n_ctx:
+            return
+        logits = decode_one_token(model, token)
+
+
+# ---------------------------------------------------------------- text
+
+
+class _StoppingText:
+    """Bytes of tokens -> text, cut at the first stop string.
+
+    push() returns only text that is safe to show: bytes of a character split
+    across tokens wait for the rest, and text that may be the start of a stop
+    string waits until it is known not to be one.
+    """
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = list(stop)
+        self.text = ""
+        self._n_shown = 0
+        self.stopped = False
+
+    def push(self, piece: bytes, *, final: bool) -> str:
+        """Add one token's bytes; `final` when no more will come. The new safe text."""
+        self.text += self._decoder.decode(piece, final=final)
+        stop_at = self._first_stop_index()
+        if stop_at is not None:
+            self.text = self.text[:stop_at]
+            self.stopped = True
+            safe_end = stop_at
+        elif final:
+            safe_end = len(self.text)
+        else:
+            safe_end = len(self.text) - self._partial_stop_length()
+        new_text = self.text[self._n_shown : safe_end]
+        self._n_shown = safe_end
+        return new_text
+
+    def _first_stop_index(self) -> Optional[int]:
+        # A stop string cannot start in text already shown: that text was held back
+        # while it could still begin one.
+        found = [i for i in (self.text.find(s, self._n_shown) for s in self._stop) if i >= 0]
+        return min(found) if found else None
+
+    def _partial_stop_length(self) -> int:
+        """Length of the longest unshown suffix of the text that begins a stop string."""
+        unshown = len(self.text) - self._n_shown
+        longest = 0
+        for stop in self._stop:
+            for length in range(min(len(stop) - 1, unshown), longest, -1):
+                if self.text.endswith(stop[:length]):
+                    longest = length
+                    break
+        return longest
+
+
+# ---------------------------------------------------------------- generate
+
+
+def _timed(iterator: Iterator[int]) -> Iterator[tuple[int, float]]:
+    """Items of `iterator` with the seconds each next() took (not the consumer's time)."""
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item, time.perf_counter() - start
+
+
+def _generate_chunks(
+    model: "RiverModel",
+    prompt_ids: list[int],
+    sampler: Sampler,
+    max_new_tokens: int,
+    stop: Sequence[str],
+) -> Generator[GenerationChunk, None, GenerationResult]:
+    """One chunk per sampled token; returns the GenerationResult."""
+    tokenizer = model.tokenizer
+    text = _StoppingText(stop)
+    token_ids: list[int] = []
+    exit_layers: list[int] = []
+    seconds: list[float] = []
+    finish_reason = "length"
+    model.reset()
+    for token, step_seconds in _timed(generate_step(model, prompt_ids, sampler)):
+        # The model still holds the forward that produced this token's logits.
+        token_ids.append(token)
+        exit_layers.append(int(model.last_exit_layers[-1]))
+        seconds.append(step_seconds)
+        end_of_generation = tokenizer.is_end_of_generation(token)
+        last = end_of_generation or len(token_ids) == max_new_tokens
+        piece = b"" if end_of_generation else tokenizer.detokenize_bytes([token])
+        yield GenerationChunk(text.push(piece, final=last), token, exit_layers[-1])
+        if end_of_generation or text.stopped:
+            finish_reason = "stop"
+            break
+        if last:
+            break
+    return GenerationResult(
+        text=text.text,
+        token_ids=token_ids,
+        prompt_token_ids=prompt_ids,
+        finish_reason=finish_reason,
+        prompt_seconds=seconds[0],
+        generation_seconds=sum(seconds[1:]),
+        exit_layers=exit_layers,
+        n_layer=model.n_layer,
+    )
+
+
+@overload
+def generate(
+    model: "RiverModel", prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
+    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
+    repeat_penalty: float = ..., seed: Optional[int] = ...,
+    stop: Union[str, Sequence[str], None] = ..., stream: Literal[False] = ...,
+) -> GenerationResult: ...
+
+
+@overload
+def generate(
+    model: "RiverModel", prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
+    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
+    repeat_penalty: float = ..., seed: Optional[int] = ...,
+    stop: Union[str, Sequence[str], None] = ..., stream: Literal[True],
+) -> GenerationStream: ...
+
+
+def generate(
+    model: "RiverModel",
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: int = 128,
+    temperature: float = 0.0,
+    top_k: int = 40,
+    top_p: float = 0.95,
+    min_p: float = 0.05,
+    repeat_penalty: float = 1.0,
+    seed: Optional[int] = None,
+    stop: Union[str, Sequence[str], None] = None,
+    stream: bool = False,
+) -> Union[GenerationResult, GenerationStream]:
+    """Generate a continuation of `prompt` (text, or token ids used as they are).
+
+    Starts from an empty cache. Ends at an end-of-generation token or at the first
+    of the `stop` strings (the text includes neither), after `max_tokens` tokens,
+    or when prompt and generation fill the context.
+    seed None uses model.seed. Options are checked, and the prompt tokenized,
+    before anything runs, also with stream=True: then a GenerationStream of
+    GenerationChunk is returned and its `.result` is the GenerationResult once
+    the stream is exhausted. Raises ValueError for invalid options and for a
+    prompt that leaves no room in the context.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    params = SamplingParams(
+        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repeat_penalty=repeat_penalty, seed=model.seed if seed is None else seed,
+    )
+    stop_strings = _stop_strings(stop)
+    prompt_ids = _prompt_ids(model, prompt)
+    max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
+    chunks = _generate_chunks(model, prompt_ids, Sampler(params), max_new_tokens, stop_strings)
+    chunk_stream = GenerationStream(chunks)
+    if stream:
+        return chunk_stream
+    for _ in chunk_stream:
+        pass
+    return chunk_stream.result
+
+
+def _stop_strings(stop: Union[str, Sequence[str], None]) -> list[str]:
+    stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
+    for s in stop_strings:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"stop strings must be non-empty strings, got {s!r}")
+    return stop_strings
+
+
+def _prompt_ids(model: "RiverModel", prompt: Union[str, Sequence[int]]) -> list[int]:
+    """The prompt's token ids, checked to fit the context with room for one token."""
+    if isinstance(prompt, str):
+        # As llama-cpp-python's create_completion: special tokens in the text are
+        # parsed (chat templates write them as text), and BOS is prepended only when
+        # the model's metadata asks for it (add_bos lets llama.cpp decide).
+        ids = model.tokenize(prompt, add_bos=True, special=True)
+    else:
+        ids = list(prompt)
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+            raise ValueError("a token-id prompt must contain integers only")
+        ids = [int(t) for t in ids]
+        if any(not 0 <= t < model.n_vocab for t in ids):
+            raise ValueError(f"prompt token ids must be in [0, {model.n_vocab})")
+    if not ids:
+        raise ValueError("the prompt is empty: it has no tokens")
+    if len(ids) >= model.n_ctx:
+        raise ValueError(
+            f"the prompt has {len(ids)} tokens, which leaves no room to generate in n_ctx = {model.n_ctx}"
+        )
+    return ids

