@@ -1,35 +1,62 @@
-"""Text <-> token ids, by llama.cpp's own tokenizer (llama-cpp-python, vocab-only).
+"""Text <-> token ids, by llama.cpp's own tokenizer (llama-cpp-python's C API).
 
-Loading only the vocabulary keeps tokenization exactly llama.cpp's without a second
-copy of the weights; the engine never sees text.
+Only the vocabulary of the GGUF is loaded (no weights, no llama.cpp context), so
+tokenization is exactly llama.cpp's without a second copy of the model; the engine
+never sees text.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import Optional, Sequence
 
 import llama_cpp
+from llama_cpp import _logger as llama_logger
 
 
 class Tokenizer:
     """The vocabulary of one GGUF file."""
 
     def __init__(self, model_path: str, *, verbose: bool = False) -> None:
-        self._llama = llama_cpp.Llama(model_path, vocab_only=True, verbose=verbose)
+        # llama-cpp-python's log callback, at its verbosity (as Llama(verbose=...) does)
+        llama_logger.set_verbose(verbose)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(model_path.encode("utf-8"), params)
+        if not self._model:
+            raise ValueError(f"llama.cpp could not load the vocabulary of {model_path}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
-        return self._llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+        """Token ids of `text`; add_bos adds the model's BOS only if its metadata asks for it."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        while True:
+            ids = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), ids, capacity, add_bos, special)
+            if n >= 0:
+                return list(ids[:n])
+            capacity = -n
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.detokenize_bytes(ids).decode("utf-8", errors="replace")
 
     def detokenize_bytes(self, ids: Sequence[int]) -> bytes:
-        """Bytes of `ids`; a multi-byte character may be split across tokens."""
-        return self._llama.detokenize(list(ids))
+        """Bytes of `ids` (special tokens render as nothing); a multi-byte character
+        may be split across tokens."""
+        return b"".join(self._piece(int(t)) for t in ids)
+
+    def _piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
 
     @property
     def eos_id(self) -> int:
-        return self._llama.token_eos()
+        return llama_cpp.llama_vocab_eos(self._vocab)
 
     def is_end_of_generation(self, token: int) -> bool:
         """True for end-of-sequence and end-of-turn tokens (e.g. <|im_end|>)."""
@@ -37,11 +64,10 @@ class Tokenizer:
 
     @property
     def chat_template(self) -> Optional[str]:
-        return self._llama.metadata.get("tokenizer.chat_template")
-
-    @property
-    def _vocab(self):
-        return llama_cpp.llama_model_get_vocab(self._llama._model.model)
+        template = llama_cpp.llama_model_chat_template(self._model, None)
+        return template.decode("utf-8") if template else None
 
     def close(self) -> None:
-        self._llama.close()
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None

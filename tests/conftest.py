@@ -28,11 +28,14 @@ MATRIX_TYPES = {
 
 # Standard deviations of the random weights, chosen by measurement. Large embeddings
 # (and head) spread logits over many units (std ~16 tied, ~8 untied), so the top-1
-# usually leads by a clear margin; matrices this large make every layer move the
-# residual stream as much as the embedding does — smaller ones let a 2-layer model
-# fall into repeating one token, which would hide KV cache bugs.
+# usually leads by a clear margin. Matrices this large make every layer move the
+# residual stream as much as the embedding does: smaller ones let a 2-layer model
+# fall into repeating one token, which would hide KV cache bugs. Q and K stay small
+# so attention is soft: sharp attention made logits several times more sensitive to
+# the F16 rounding of the KV cache.
 EMBEDDING_STD = 2.0
-MATRIX_STD = 0.25
+MATRIX_STD = 0.3
+QK_STD = 0.1
 HEAD_STD = 1.0
 NORM_NOISE_STD = 0.1
 
@@ -90,8 +93,8 @@ def _llama_tensors(
     for il in range(n_layer):
         blk = f"blk.{il}"
         tensors[f"{blk}.attn_norm.weight"] = norm()
-        tensors[f"{blk}.attn_q.weight"] = matrix(n_embd, n_embd)
-        tensors[f"{blk}.attn_k.weight"] = matrix(n_embd_kv, n_embd)
+        tensors[f"{blk}.attn_q.weight"] = matrix(n_embd, n_embd, QK_STD)
+        tensors[f"{blk}.attn_k.weight"] = matrix(n_embd_kv, n_embd, QK_STD)
         tensors[f"{blk}.attn_v.weight"] = matrix(n_embd_kv, n_embd)
         tensors[f"{blk}.attn_output.weight"] = matrix(n_embd, n_embd)
         tensors[f"{blk}.ffn_norm.weight"] = norm()
@@ -165,16 +168,16 @@ def make_tiny_gguf(tmp_path_factory, tokenizer_fields) -> Callable[..., Path]:
 def tiny_llama(make_tiny_gguf) -> Path:
     """2 layers, n_embd 64, 4 heads (2 KV heads), F32, tied embeddings.
 
-    Seeds 7 here and in tiny_llama4 gave the widest top-1 margins over 64-token greedy
+    The seeds here and in tiny_llama4 gave the widest top-1 margins over 64-token greedy
     runs on sample prompts (so float rounding does not flip the greedy path).
     """
-    return make_tiny_gguf("tiny_llama", seed=7)
+    return make_tiny_gguf("tiny_llama", seed=4)
 
 
 @pytest.fixture(scope="session")
 def tiny_llama4(make_tiny_gguf) -> Path:
     """4 layers, F16 matrices, an untied output.weight."""
-    return make_tiny_gguf("tiny_llama4", n_layer=4, dtype="f16", seed=7, tie_embeddings=False)
+    return make_tiny_gguf("tiny_llama4", n_layer=4, dtype="f16", seed=1, tie_embeddings=False)
 
 
 # ---------------------------------------------------------------- broken files

