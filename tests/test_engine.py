@@ -5,24 +5,11 @@ from __future__ import annotations
 import llama_cpp
 import numpy as np
 import pytest
+from llama_run import llama_logits_and_greedy
 
 from river_cpp import RiverError, RiverModel
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
-
-
-def llama_logits_and_greedy(path, ids, n_tokens):
-    llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
-    try:
-        llm.eval(ids)
-        logits = np.array(llm.scores[: len(ids)])
-        tokens = []
-        for _ in range(n_tokens):
-            tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-            llm.eval([tokens[-1]])
-        return logits, tokens
-    finally:
-        llm.close()
 
 
 def our_logits_and_greedy(path, ids, n_tokens):

@@ -6,16 +6,15 @@ import shutil
 
 import gguf
 
-import llama_cpp
 import numpy as np
 import pytest
+from hybrid import write_hybrid_gguf
+from llama_run import llama_logits_and_greedy
+from reference_llama import ReferenceLlama
 
 from river_cpp import RiverError, RiverModel
 from river_cpp.evaluate import greedy_tokens
 from river_cpp.policy import ExitPolicy
-
-from hybrid import write_hybrid_gguf
-from reference_llama import ReferenceLlama
 
 PROMPT = "The old lighthouse keeper"
 
@@ -24,21 +23,6 @@ PROMPT = "The old lighthouse keeper"
 def river_cache(tmp_path, monkeypatch):
     """Rivers of the session's tiny models are built in a per-test cache."""
     monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def llama_greedy(path, prompt_ids, n_tokens):
-    """llama.cpp's logits of every prompt position and its greedy continuation."""
-    llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
-    try:
-        llm.eval(prompt_ids)
-        logits = np.array(llm.scores[: len(prompt_ids)])
-        tokens = []
-        for _ in range(n_tokens):
-            tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-            llm.eval([tokens[-1]])
-        return logits, tokens
-    finally:
-        llm.close()
 
 
 def test_never_equals_backbone_without_river(tiny_llama4):
@@ -58,7 +42,7 @@ def test_static_split_equals_llama_cpp_hybrid(tiny_llama4, tmp_path, k):
         assert list(model.last_exit_layers) == [k] * len(ids)
         ours_greedy = greedy_tokens(model, ids, 32)
         hybrid = write_hybrid_gguf(tiny_llama4, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
-    theirs, theirs_greedy = llama_greedy(hybrid, ids, 32)
+    theirs, theirs_greedy = llama_logits_and_greedy(hybrid, ids, 32)
     assert np.abs(ours - theirs).max() < 5e-2
     assert ours_greedy == theirs_greedy
 
@@ -71,7 +55,7 @@ def test_static_split_demo_backbone(demo_backbone, tmp_path, monkeypatch):
         ours = model.forward(ids)
         ours_greedy = greedy_tokens(model, ids, 48)
         hybrid = write_hybrid_gguf(demo_backbone, model.river_path, 15, tmp_path / "hybrid15.gguf")
-    theirs, theirs_greedy = llama_greedy(hybrid, ids, 48)
+    theirs, theirs_greedy = llama_logits_and_greedy(hybrid, ids, 48)
     # llama.cpp's own batched and one-token evaluations of 4-bit weights differ by up
     # to ~0.8 in logits on this model (accumulation order); a wrong route or cache
     # differs by several units.
