@@ -55,7 +55,7 @@ def _open_gguf(path: Path) -> gguf.GGUFReader:
         raise FileNotFoundError(f"GGUF file not found: {path}")
     try:
         reader = gguf.GGUFReader(path)
-    except (ValueError, IndexError, KeyError, OSError, UnicodeDecodeError) as e:
+    except (ValueError, IndexError, KeyError, OSError) as e:  # what a malformed file raises in gguf-py
         raise ValueError(f"{path} is not a readable GGUF file: {e}") from e
     if reader.byte_order == "S":
         raise ValueError(f"{path} is a big-endian GGUF file, which is not supported")
@@ -72,10 +72,8 @@ def _write_f16(reader: gguf.GGUFReader, path: Path, *, progress: bool) -> None:
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
         for tensor in reader.tensors:
             out_dtype = _output_dtype(tensor)
-            n_values = int(tensor.n_elements)
-            writer.add_tensor_info(
-                tensor.name, _numpy_shape(tensor), out_dtype, n_values * out_dtype.itemsize
-            )
+            n_bytes = int(tensor.n_elements) * out_dtype.itemsize
+            writer.add_tensor_info(tensor.name, _numpy_shape(tensor), out_dtype, n_bytes)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -86,8 +84,9 @@ def _write_f16(reader: gguf.GGUFReader, path: Path, *, progress: bool) -> None:
         writer.close()
 
 
-# GGUFWriter writes these itself: the header counts, the architecture it was given,
-# and general.file_type, which we replace.
+# Keys not copied as plain values: GGUFWriter writes the architecture it is given,
+# the alignment must go through add_custom_alignment so the writer pads by it too,
+# and general.file_type is replaced. (The reader's GGUF.* fields are the header.)
 _KEYS_WRITTEN_BY_WRITER = {
     gguf.Keys.General.ARCHITECTURE,
     gguf.Keys.General.ALIGNMENT,
@@ -135,5 +134,7 @@ def _dequantize(tensor: gguf.ReaderTensor, out_dtype: np.dtype) -> np.ndarray:
         try:
             out[start : start + rows_per_chunk] = gguf.quants.dequantize(chunk, tensor.tensor_type)
         except NotImplementedError as e:
-            raise ValueError(f"cannot dequantize tensor {tensor.name} of type {tensor.tensor_type.name}") from e
+            raise ValueError(
+                f"cannot dequantize tensor {tensor.name} of type {tensor.tensor_type.name}"
+            ) from e
     return out.reshape(_numpy_shape(tensor))

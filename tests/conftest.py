@@ -40,7 +40,7 @@ HEAD_STD = 1.0
 NORM_NOISE_STD = 0.1
 
 
-# ---------------------------------------------------------------- tokenizer
+# ---------------------------------------------------------------- demo model and its tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +65,7 @@ def tokenizer_fields(demo_model: Path) -> list[gguf.ReaderField]:
     return [field for key, field in reader.fields.items() if key.startswith("tokenizer.")]
 
 
-def add_fields(writer: gguf.GGUFWriter, fields: list[gguf.ReaderField]) -> None:
+def _add_fields(writer: gguf.GGUFWriter, fields: list[gguf.ReaderField]) -> None:
     """Copy metadata fields read by GGUFReader into `writer`, keeping their types."""
     for field in fields:
         value_type = field.types[0]
@@ -133,7 +133,7 @@ def write_tiny_gguf(
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_file_type(MATRIX_TYPES[dtype][1])
-    add_fields(writer, tokenizer)
+    _add_fields(writer, tokenizer)
     tensors = _llama_tensors(
         np.random.default_rng(seed), n_vocab=n_vocab, n_layer=n_layer, n_embd=n_embd,
         n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, tie_embeddings=tie_embeddings,
@@ -176,8 +176,43 @@ def tiny_llama(make_tiny_gguf) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_llama4(make_tiny_gguf) -> Path:
-    """4 layers, F16 matrices, an untied output.weight."""
+    """4 layers, F16 matrices (token embedding included), an untied output.weight."""
     return make_tiny_gguf("tiny_llama4", n_layer=4, dtype="f16", seed=1, tie_embeddings=False)
+
+
+# ---------------------------------------------------------------- other files
+
+
+@pytest.fixture(scope="session")
+def small_gguf(tmp_path_factory) -> Path:
+    """A small GGUF without a tokenizer (gguf-py parses it in milliseconds) covering what
+    the tiny llamas do not: a custom alignment (64), assorted metadata types, a 3-D
+    Q8_0 tensor, a BF16 matrix, and vectors stored as F16 and as Q8_0. Not a runnable model."""
+    path = tmp_path_factory.mktemp("small") / "small.gguf"
+    rng = np.random.default_rng(0)
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_custom_alignment(64)
+    writer.add_name("small-model")
+    writer.add_key_value("test.uint8", 7, gguf.GGUFValueType.UINT8)
+    writer.add_key_value("test.float64", 0.1, gguf.GGUFValueType.FLOAT64)
+    writer.add_key_value("test.int64s", [-1, 2**40], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT64)
+    writer.add_key_value("test.flags", [True, False], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.BOOL)
+    writer.add_array("test.strings", ["a", "ünïcode", "<0x0A>"])
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    tensors = {
+        "cube.weight": (rng.normal(size=(2, 3, 64)), gguf.GGMLQuantizationType.Q8_0),
+        "bf16.weight": (rng.normal(size=(5, 32)), gguf.GGMLQuantizationType.BF16),
+        "f32.weight": (rng.normal(size=(3, 7)), gguf.GGMLQuantizationType.F32),
+        "f16_vector.weight": (rng.normal(size=33), gguf.GGMLQuantizationType.F16),
+        "q8_0_vector.weight": (rng.normal(size=64), gguf.GGMLQuantizationType.Q8_0),
+    }
+    for name, (values, qtype) in tensors.items():
+        writer.add_tensor(name, gguf.quants.quantize(values.astype(np.float32), qtype), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 # ---------------------------------------------------------------- broken files

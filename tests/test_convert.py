@@ -60,8 +60,14 @@ def converted_llama(quantized_llama, tmp_path_factory) -> Path:
     return convert_to_f16(quantized_llama, tmp_path_factory.mktemp("f16") / "model.F16.gguf", progress=False)
 
 
-def test_tensors_are_dequantized_in_order(quantized_llama, converted_llama):
-    source, converted = gguf.GGUFReader(quantized_llama), gguf.GGUFReader(converted_llama)
+@pytest.fixture(scope="module")
+def readers(quantized_llama, converted_llama) -> tuple[gguf.GGUFReader, gguf.GGUFReader]:
+    """Source and converted file, parsed once (gguf-py takes seconds over a 49k-token vocab)."""
+    return gguf.GGUFReader(quantized_llama), gguf.GGUFReader(converted_llama)
+
+
+def test_tensors_are_dequantized_in_order(readers):
+    source, converted = readers
     assert [t.name for t in converted.tensors] == [t.name for t in source.tensors]
     assert {t.tensor_type for t in source.tensors if len(t.shape) >= 2} <= {
         gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
@@ -70,8 +76,8 @@ def test_tensors_are_dequantized_in_order(quantized_llama, converted_llama):
         assert_converted_tensor(source_tensor, converted_tensor)
 
 
-def test_metadata_is_preserved(quantized_llama, converted_llama):
-    assert_same_metadata(gguf.GGUFReader(quantized_llama), gguf.GGUFReader(converted_llama))
+def test_metadata_is_preserved(readers):
+    assert_same_metadata(*readers)
 
 
 def test_llama_cpp_runs_the_output(quantized_llama, converted_llama):
@@ -90,38 +96,9 @@ def test_f16_source_gives_identical_llama_cpp_logits(tiny_llama4, tmp_path):
 # ---------------------------------------------------------------- other types and layouts
 
 
-def write_mixed_gguf(path: Path) -> Path:
-    """A GGUF with a custom alignment, assorted metadata types, a 3-D tensor, BF16, and
-    vectors stored as F16 and Q8_0 — what the tiny llamas do not cover."""
-    rng = np.random.default_rng(0)
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_custom_alignment(64)
-    writer.add_key_value("test.uint8", 7, gguf.GGUFValueType.UINT8)
-    writer.add_key_value("test.float64", 0.1, gguf.GGUFValueType.FLOAT64)
-    writer.add_key_value("test.int64s", [-1, 2**40], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT64)
-    writer.add_key_value("test.flags", [True, False], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.BOOL)
-    writer.add_array("test.strings", ["a", "ünïcode", "<0x0A>"])
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    tensors = {
-        "cube.weight": (rng.normal(size=(2, 3, 64)), gguf.GGMLQuantizationType.Q8_0),
-        "bf16.weight": (rng.normal(size=(5, 32)), gguf.GGMLQuantizationType.BF16),
-        "f32.weight": (rng.normal(size=(3, 7)), F32),
-        "f16_vector.weight": (rng.normal(size=33), F16),
-        "q8_0_vector.weight": (rng.normal(size=64), gguf.GGMLQuantizationType.Q8_0),
-    }
-    for name, (values, qtype) in tensors.items():
-        writer.add_tensor(name, gguf.quants.quantize(values.astype(np.float32), qtype), raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-def test_mixed_types_alignment_and_shapes(tmp_path):
-    source_path = write_mixed_gguf(tmp_path / "mixed.gguf")
-    converted_path = convert_to_f16(source_path, tmp_path / "mixed.F16.gguf", progress=False)
-    source, converted = gguf.GGUFReader(source_path), gguf.GGUFReader(converted_path)
+def test_mixed_types_alignment_and_shapes(small_gguf, tmp_path):
+    converted_path = convert_to_f16(small_gguf, tmp_path / "small.F16.gguf", progress=False)
+    source, converted = gguf.GGUFReader(small_gguf), gguf.GGUFReader(converted_path)
     assert converted.alignment == 64
     assert converted.data_offset % 64 == 0
     assert [list(t.shape) for t in converted.tensors] == [[64, 3, 2], [32, 5], [7, 3], [33], [64]]
@@ -131,19 +108,19 @@ def test_mixed_types_alignment_and_shapes(tmp_path):
     assert_same_metadata(source, converted)
 
 
-def test_overwrites_destination_and_leaves_no_temporary_files(tiny_llama, tmp_path):
+def test_overwrites_destination_and_leaves_no_temporary_files(small_gguf, tmp_path):
     out = tmp_path / "out" / "model.gguf"
     out.parent.mkdir()
     out.write_text("old contents")
-    assert convert_to_f16(tiny_llama, out, progress=False) == out
+    assert convert_to_f16(small_gguf, out, progress=False) == out
     assert gguf.GGUFReader(out).tensors
     assert list(out.parent.iterdir()) == [out]
 
 
-def test_progress_bar_can_be_silenced(tiny_llama, tmp_path, capsys):
-    convert_to_f16(tiny_llama, tmp_path / "quiet.gguf", progress=False)
+def test_progress_bar_can_be_silenced(small_gguf, tmp_path, capsys):
+    convert_to_f16(small_gguf, tmp_path / "quiet.gguf", progress=False)
     assert capsys.readouterr().err == ""
-    convert_to_f16(tiny_llama, tmp_path / "loud.gguf", progress=True)
+    convert_to_f16(small_gguf, tmp_path / "loud.gguf", progress=True)
     assert "tensor" in capsys.readouterr().err
 
 
