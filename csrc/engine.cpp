@@ -31,6 +31,7 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     file_ = std::make_unique<GgufFile>(model_path);
     hp_ = read_hparams(*file_);
     backbone_ = map_weights(*file_, hp_, weight_buffer_);
+    backbone_repacked_.repack(matrix_slots(backbone_.layers, backbone_.output));
     exit_.thresholds.assign(hp_.n_layer, std::numeric_limits<float>::infinity());
 
     backend_ = ggml_backend_cpu_init();
@@ -72,7 +73,10 @@ void Engine::load_river(const std::string & river_path) {
     auto file = std::make_unique<GgufFile>(river_path);
     BufferPtr buffer;
     RiverWeights weights = map_river_weights(*file, hp_, backbone_, buffer);
+    auto repacked = std::make_unique<RepackedTensors>();
+    repacked->repack(matrix_slots(weights.layers, weights.output));
     river_ = std::move(weights);
+    river_repacked_ = std::move(repacked);
     river_buffer_ = std::move(buffer);
     river_file_ = std::move(file);
 }

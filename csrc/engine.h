@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_layout.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "gguf_file.h"
@@ -92,10 +93,12 @@ private:
     HParams hp_;
     BufferPtr weight_buffer_;
     ModelWeights backbone_;
+    RepackedTensors backbone_repacked_;
 
     std::unique_ptr<GgufFile> river_file_;
     BufferPtr river_buffer_;
     RiverWeights river_;
+    std::unique_ptr<RepackedTensors> river_repacked_;
     ExitConfig exit_;
     std::vector<int32_t> last_exit_layers_;
     std::vector<float> last_similarities_;

@@ -122,6 +122,17 @@ ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & 
     return w;
 }
 
+std::vector<ggml_tensor **> matrix_slots(std::vector<LayerWeights> & layers, ggml_tensor *& output) {
+    std::vector<ggml_tensor **> slots;
+    for (LayerWeights & l : layers) {
+        for (const MatrixSlot & slot : k_layer_matrices) {
+            slots.push_back(&(l.*slot.member));
+        }
+    }
+    slots.push_back(&output);
+    return slots;
+}
+
 RiverWeights map_river_weights(const GgufFile & file, const HParams & hp, const ModelWeights & backbone,
                                BufferPtr & buffer) {
     check_river_matches(file, hp);

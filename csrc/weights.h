@@ -59,6 +59,10 @@ struct RiverWeights {
     ggml_tensor * output = nullptr;
 };
 
+// The slots of every matrix a token multiplies with (blocks and LM head), so that
+// their tensors can be moved to a faster layout.
+std::vector<ggml_tensor **> matrix_slots(std::vector<LayerWeights> & layers, ggml_tensor *& output);
+
 // Binds every tensor of `file` to its bytes in the mapping through one CPU buffer
 // over the whole file, checks shapes against `hp` and returns the weight set.
 // `buffer` receives the buffer, which must outlive the weights.

@@ -1,0 +1,94 @@
+#include "cpu_layout.h"
+
+#include <map>
+
+#include "common.h"
+#include "ggml-alloc.h"
+
+namespace river {
+
+namespace {
+
+std::vector<ggml_backend_buffer_type_t> cpu_extra_buffer_types(ggml_backend_dev_t cpu) {
+    std::vector<ggml_backend_buffer_type_t> types;
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+    auto get_extra = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts"));
+    for (ggml_backend_buffer_type_t * t = get_extra ? get_extra(cpu) : nullptr; t && *t; ++t) {
+        types.push_back(*t);
+    }
+    return types;
+}
+
+// Asks the CPU device whether it multiplies `w` from a buffer of type `buft`: the
+// device answers for the op, so we show it the op with a weight in such a buffer.
+bool supports_matmul_from(ggml_backend_dev_t cpu, ggml_backend_buffer_type_t buft, const ggml_tensor * w) {
+    ggml_init_params params{ggml_tensor_overhead() * 4, nullptr, true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * weight = ggml_new_tensor(ctx, w->type, ggml_n_dims(w), w->ne);
+    ggml_tensor * input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 1);
+    ggml_tensor * op = ggml_mul_mat(ctx, weight, input);
+    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
+    weight->buffer = probe;
+    const bool ok = probe && ggml_backend_dev_supports_op(cpu, op);
+    weight->buffer = nullptr;
+    if (probe) {
+        ggml_backend_buffer_free(probe);
+    }
+    ggml_free(ctx);
+    return ok;
+}
+
+}  // namespace
+
+RepackedTensors::~RepackedTensors() {
+    buffers_.clear();
+    if (ctx_) {
+        ggml_free(ctx_);
+    }
+}
+
+void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors) {
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    const std::vector<ggml_backend_buffer_type_t> extra = cpu ? cpu_extra_buffer_types(cpu) : std::vector<ggml_backend_buffer_type_t>{};
+    if (extra.empty()) {
+        return;
+    }
+    ggml_init_params params{ggml_tensor_overhead() * tensors.size(), nullptr, true};
+    ctx_ = ggml_init(params);
+
+    std::map<ggml_backend_buffer_type_t, std::vector<std::pair<ggml_tensor **, ggml_tensor *>>> placed;
+    for (ggml_tensor ** slot : tensors) {
+        for (ggml_backend_buffer_type_t buft : extra) {
+            if (supports_matmul_from(cpu, buft, *slot)) {
+                ggml_tensor * copy = ggml_dup_tensor(ctx_, *slot);
+                ggml_set_name(copy, (*slot)->name);
+                placed[buft].push_back({slot, copy});
+                break;
+            }
+        }
+    }
+    for (auto & [buft, pairs] : placed) {
+        size_t size = 0;
+        for (auto & [slot, copy] : pairs) {
+            size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, copy), ggml_backend_buft_get_alignment(buft));
+        }
+        BufferPtr buffer(ggml_backend_buft_alloc_buffer(buft, size));
+        if (!buffer) {
+            throw Error(std::string("cannot allocate ") + std::to_string(size) + " bytes of " + ggml_backend_buft_name(buft));
+        }
+        ggml_backend_buffer_set_usage(buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        ggml_tallocr alloc = ggml_tallocr_new(buffer.get());
+        for (auto & [slot, copy] : pairs) {
+            if (ggml_tallocr_alloc(&alloc, copy) != GGML_STATUS_SUCCESS) {
+                throw Error(std::string("cannot place tensor '") + copy->name + "' in " + ggml_backend_buft_name(buft));
+            }
+            // the buffer type's set_tensor converts rows into its interleaved layout
+            ggml_backend_tensor_set(copy, (*slot)->data, 0, ggml_nbytes(*slot));
+            *slot = copy;
+        }
+        buffers_.push_back(std::move(buffer));
+    }
+}
+
+}  // namespace river
