@@ -47,6 +47,12 @@ class Config:
     policy: ExitPolicy
     prefill: str = "exit"
     tail_layers: int = 0
+    river_head: bool = False
+
+    def load(self, backbone: Path, river: str, threads: int) -> RiverModel:
+        return RiverModel(backbone, river=river, n_ctx=512, n_threads=threads, policy=self.policy,
+                          prefill=self.prefill, tail_layers=self.tail_layers, river_head=self.river_head,
+                          progress=False)
 
 
 @dataclass
@@ -165,51 +171,51 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--tokens", type=int, default=64, help="generated tokens per prompt")
     parser.add_argument("--taus", type=float, nargs="+", default=[0.95, 0.96, 0.97, 0.98, 0.99])
     parser.add_argument("--min-layer", type=int, default=2)
+    parser.add_argument("--variant-tau", type=float, default=0.98,
+                        help="tau of the prefill / tail / river-head variants")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
     backbone = Path(args.model) if args.model else demo_backbone_path()
-    model = RiverModel(backbone, river=args.river, n_ctx=512, n_threads=args.threads)
-    prompts = [model.tokenize(p, special=True) for p in PROMPTS]
-    references = [backbone_reference(model, p, args.tokens) for p in prompts]
+    with RiverModel(backbone, river=args.river, n_ctx=512, n_threads=args.threads) as model:
+        prompts = [model.tokenize(p, special=True) for p in PROMPTS]
+        references = [backbone_reference(model, p, args.tokens) for p in prompts]
     continuations = [c for c, _ in references]
     reference_logits = np.concatenate([run.logits for _, run in references])
     rng = np.random.default_rng(0)
 
-    configs = [Config(f"tau={tau}", ExitPolicy.uniform(tau, min_layer=args.min_layer)) for tau in args.taus]
-    configs.append(Config(f"tau={args.taus[-2]} prefill=backbone",
-                          ExitPolicy.uniform(args.taus[-2], min_layer=args.min_layer), prefill="backbone"))
-    configs.append(Config(f"tau={args.taus[-2]} tail=2", ExitPolicy.uniform(args.taus[-2], min_layer=args.min_layer),
-                          tail_layers=2))
+    uniform = {tau: ExitPolicy.uniform(tau, min_layer=args.min_layer) for tau in args.taus + [args.variant_tau]}
+    configs = [Config(f"tau={tau}", uniform[tau]) for tau in args.taus]
+    variant = uniform[args.variant_tau]
+    configs += [
+        Config(f"tau={args.variant_tau} prefill=backbone", variant, prefill="backbone"),
+        Config(f"tau={args.variant_tau} tail=2", variant, tail_layers=2),
+        Config(f"tau={args.variant_tau} tail=4", variant, tail_layers=4),
+        Config(f"tau={args.variant_tau} river head", variant, river_head=True),
+    ]
+    backbone_config = Config("backbone (river-cpp)", ExitPolicy.never())
+    models = {c.name: c.load(backbone, args.river, args.threads) for c in configs + [backbone_config]}
     rows: list[Row] = []
     for config in configs:
-        model.close()
-        model = RiverModel(backbone, river=args.river, n_ctx=512, n_threads=args.threads, policy=config.policy,
-                           prefill=config.prefill, tail_layers=config.tail_layers, progress=False)
+        model = models[config.name]
         row, exits = quality_row(config.name, model, prompts, continuations, reference_logits)
         rows.append(row)
-        if config.prefill != "exit" or config.tail_layers:
+        if config.name.startswith(f"tau={args.variant_tau} "):
             continue
         static_k = int(round(row.mean_exit_layer))
-        static = Config(f"  static k={static_k}", ExitPolicy.at_layer(static_k))
-        model.policy = static.policy
-        rows.append(quality_row(static.name, model, prompts, continuations, reference_logits)[0])
+        model.policy = ExitPolicy.at_layer(static_k)
+        rows.append(quality_row(f"  static k={static_k}", model, prompts, continuations, reference_logits)[0])
         # the same exit depths, shuffled over positions
         shuffled = rng.permutation(exits)
         offsets = np.cumsum([0] + [len(c) for c in continuations])
 
-        def force(prompt_index: int, step: int, shuffled=shuffled, offsets=offsets) -> None:
+        def force(prompt_index: int, step: int, shuffled=shuffled, offsets=offsets, model=model) -> None:
             model.policy = ExitPolicy.at_layer(int(shuffled[offsets[prompt_index] + step]))
         rows.append(quality_row("  random same depths", model, prompts, continuations, reference_logits, force)[0])
         model.policy = config.policy
 
-    # the speed runs share one model, switching policy per run (tail_layers is fixed per model)
-    model.close()
-    model = RiverModel(backbone, river=args.river, n_ctx=512, n_threads=args.threads, progress=False)
-    backbone_config = Config("backbone (river-cpp)", ExitPolicy.never())
-    speed = {"backbone (river-cpp)": river_decode(model, backbone_config, prompts, continuations)}
-    speed.update({c.name: river_decode(model, c, prompts, continuations) for c in configs if c.tail_layers == 0})
+    speed = {c.name: river_decode(models[c.name], c, prompts, continuations) for c in [backbone_config] + configs}
     llamas = {"llama.cpp F16": llama_cpp.Llama(str(backbone), n_ctx=512, n_threads=args.threads,
                                                n_threads_batch=args.threads, verbose=False)}
     ladder_quality = {}

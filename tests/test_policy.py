@@ -1,0 +1,55 @@
+"""ExitPolicy: every constructor resolves to per-depth thresholds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from river_cpp import ExitPolicy, RiverModel
+
+INF = math.inf
+
+
+def test_never():
+    assert ExitPolicy.never().resolve(3) == [INF, INF, INF]
+
+
+def test_at_layer():
+    assert ExitPolicy.at_layer(0).resolve(3) == [-INF, INF, INF]
+    assert ExitPolicy.at_layer(2).resolve(3) == [INF, INF, -INF]
+    assert ExitPolicy.at_layer(3).resolve(3) == [INF, INF, INF]  # the full backbone
+    with pytest.raises(ValueError, match="4 layers"):
+        ExitPolicy.at_layer(6).resolve(4)
+
+
+def test_uniform_with_bounds():
+    assert ExitPolicy.uniform(0.9).resolve(4) == [INF, 0.9, 0.9, 0.9]
+    assert ExitPolicy.uniform(0.9, min_layer=2).resolve(4) == [INF, INF, 0.9, 0.9]
+    assert ExitPolicy.uniform(0.9, min_layer=1, max_layer=2).resolve(5) == [INF, 0.9, 0.9, INF, INF]
+
+
+def test_explicit_thresholds_pad_with_beyond():
+    assert ExitPolicy((INF, 0.5), beyond=0.7).resolve(4) == [INF, 0.5, 0.7, 0.7]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ExitPolicy.at_layer(-1),
+    lambda: ExitPolicy.at_layer(1.5),
+    lambda: ExitPolicy.uniform(float("nan")),
+    lambda: ExitPolicy.uniform("high"),
+    lambda: ExitPolicy.uniform(0.9, min_layer=3, max_layer=2),
+    lambda: ExitPolicy((0.5, float("nan"))),
+])
+def test_nonsense_raises(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_model_without_river_accepts_only_never(tiny_llama):
+    with RiverModel(tiny_llama, river=None) as model:
+        model.policy = ExitPolicy.never()
+        with pytest.raises(ValueError, match="no river"):
+            model.policy = ExitPolicy.at_layer(1)
+        with pytest.raises(TypeError):
+            model.policy = 0.9

@@ -1,0 +1,24 @@
+"""Our vocab-only tokenizer equals llama-cpp-python's Llama on the same GGUF."""
+
+from __future__ import annotations
+
+import llama_cpp
+import pytest
+
+from river_cpp.tokenizer import Tokenizer
+
+TEXTS = ["Hello world", "naïve café — 3.14 €", "<|im_start|>user\nhi<|im_end|>\n", "  leading spaces\n\ttabs"]
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_matches_llama_cpp_python(demo_model, special):
+    ours = Tokenizer(str(demo_model))
+    theirs = llama_cpp.Llama(str(demo_model), vocab_only=True, verbose=False)
+    for text in TEXTS:
+        ids = ours.tokenize(text, special=special)
+        assert ids == theirs.tokenize(text.encode(), special=special)
+        assert ours.detokenize_bytes(ids) == theirs.detokenize(ids)
+    assert ours.is_end_of_generation(ours.eos_id)
+    assert "im_start" in (ours.chat_template or "")
+    ours.close()
+    ours.close()
