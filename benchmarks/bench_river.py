@@ -27,7 +27,8 @@ import llama_cpp
 import numpy as np
 
 from river_cpp import RiverModel
-from river_cpp.demo import cache_dir, demo_backbone_path
+from river_cpp.cache import cache_dir
+from river_cpp.demo import demo_backbone_path
 from river_cpp.evaluate import (ForcedRun, QualityReport, backbone_reference, greedy_tokens, teacher_forced,
                                 tokens_until_divergence)
 from river_cpp.policy import ExitPolicy

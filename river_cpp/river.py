@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from river_cpp import _core
-from river_cpp.demo import cache_dir, file_identity
+from river_cpp.cache import cache_dir, file_identity
 
 DEFAULT_RIVER_TYPE = "q4_0"
 # Types that need no importance matrix and that we measure; others ggml can make

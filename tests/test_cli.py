@@ -7,9 +7,7 @@ import pytest
 from river_cpp.cli import main
 
 
-@pytest.fixture(autouse=True)
-def river_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # rivers of tiny models: a per-test cache
 
 
 def test_generate_prints_text_stats_and_exits(tiny_llama4, capsys):

@@ -15,14 +15,6 @@ from river_cpp import demo
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    """An empty cache dir, selected through RIVER_CPP_CACHE_DIR."""
-    path = tmp_path / "cache"
-    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(path))
-    return path
-
-
-@pytest.fixture
 def conversions(monkeypatch) -> list[Path]:
     """The sources demo_backbone_path converts, recorded as it goes."""
     calls: list[Path] = []
@@ -43,18 +35,6 @@ def source(small_gguf, tmp_path, monkeypatch) -> Path:
     shutil.copyfile(small_gguf, path)
     monkeypatch.setattr(demo, "demo_model_path", lambda: path)
     return path
-
-
-def test_cache_dir_from_environment(cache):
-    assert demo.cache_dir() == cache
-    assert cache.is_dir()
-
-
-def test_cache_dir_defaults_to_the_user_cache(tmp_path, monkeypatch):
-    monkeypatch.delenv("RIVER_CPP_CACHE_DIR", raising=False)
-    monkeypatch.setattr(demo.platformdirs, "user_cache_dir", lambda app: str(tmp_path / app))
-    assert demo.cache_dir() == tmp_path / "river-cpp"
-    assert (tmp_path / "river-cpp").is_dir()
 
 
 def test_backbone_is_built_once(cache, source, conversions):

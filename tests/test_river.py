@@ -19,10 +19,7 @@ from river_cpp.policy import ExitPolicy
 PROMPT = "The old lighthouse keeper"
 
 
-@pytest.fixture(autouse=True)
-def river_cache(tmp_path, monkeypatch):
-    """Rivers of the session's tiny models are built in a per-test cache."""
-    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # rivers of tiny models: a per-test cache
 
 
 def test_never_equals_backbone_without_river(tiny_llama4):
