@@ -40,6 +40,14 @@ HEAD_STD = 1.0
 NORM_NOISE_STD = 0.1
 
 
+@pytest.fixture
+def river_cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache dir, selected through RIVER_CPP_CACHE_DIR (rivers of tiny models land here)."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(path))
+    return path
+
+
 # ---------------------------------------------------------------- demo model and its tokenizer
 
 

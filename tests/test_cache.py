@@ -5,9 +5,9 @@ from __future__ import annotations
 from river_cpp import cache as cache_module
 
 
-def test_cache_dir_from_environment(cache):
-    assert cache_module.cache_dir() == cache
-    assert cache.is_dir()
+def test_cache_dir_from_environment(river_cache):
+    assert cache_module.cache_dir() == river_cache
+    assert river_cache.is_dir()
 
 
 def test_cache_dir_defaults_to_the_user_cache(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from river_cpp.cli import main
 
 
-pytestmark = pytest.mark.usefixtures("cache")  # rivers of tiny models: a per-test cache
+pytestmark = pytest.mark.usefixtures("river_cache")  # rivers of tiny models: a per-test cache
 
 
 def test_generate_prints_text_stats_and_exits(tiny_llama4, capsys):

@@ -37,9 +37,9 @@ def source(small_gguf, tmp_path, monkeypatch) -> Path:
     return path
 
 
-def test_backbone_is_built_once(cache, source, conversions):
+def test_backbone_is_built_once(river_cache, source, conversions):
     backbone = demo.demo_backbone_path(progress=False)
-    assert backbone == cache / "Tiny-Demo.F16.gguf"
+    assert backbone == river_cache / "Tiny-Demo.F16.gguf"
     assert conversions == [source]
     matrix_types = {t.tensor_type for t in gguf.GGUFReader(backbone).tensors if len(t.shape) >= 2}
     assert matrix_types == {gguf.GGMLQuantizationType.F16}
@@ -54,7 +54,7 @@ def sidecar_of(backbone: Path) -> Path:
     return backbone.with_name(backbone.name + ".json")
 
 
-def test_sidecar_records_the_source_identity(cache, source):
+def test_sidecar_records_the_source_identity(river_cache, source):
     backbone = demo.demo_backbone_path(progress=False)
     assert json.loads(sidecar_of(backbone).read_text()) == demo.file_identity(source)
 
@@ -84,7 +84,7 @@ def delete_backbone(_source: Path) -> None:
 @pytest.mark.parametrize(
     "change", [touch_forward, rename_model_keeping_size_and_mtime, corrupt_sidecar, delete_backbone]
 )
-def test_rebuilds_when_stale(cache, source, conversions, change):
+def test_rebuilds_when_stale(river_cache, source, conversions, change):
     demo.demo_backbone_path(progress=False)
     change(source)
     demo.demo_backbone_path(progress=False)

@@ -32,7 +32,7 @@ def test_tokens_until_divergence():
     assert tokens_until_divergence([5], [6]) == 0
 
 
-def test_teacher_forced_backbone_against_itself(tiny_llama4, cache):
+def test_teacher_forced_backbone_against_itself(tiny_llama4, river_cache):
     with RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(2), n_ctx=64) as model:
         prompt = model.tokenize("Hello there")
         continuation, reference = backbone_reference(model, prompt, 8)

@@ -263,7 +263,7 @@ def test_end_of_generation_token_ends_without_text():
     assert reason == "stop"
 
 
-def test_generation_records_each_tokens_exit_layer(tiny_llama4, cache):
+def test_generation_records_each_tokens_exit_layer(tiny_llama4, river_cache):
     from river_cpp import ExitPolicy, RiverModel
 
     with RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(1), n_ctx=64) as model:
