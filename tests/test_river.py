@@ -85,11 +85,11 @@ def test_mixed_exits_fill_cache_with_each_tokens_weights(tiny_llama4):
             wrong_route.step(token, model.n_layer)  # all backbone
     # Error per slot, relative to the row's scale: ggml quantizes activations to 8 bits
     # for 4-bit matmuls (~1-3%), while the other weight set's K/V is off by 7-45%.
-    right = np.array([relative_row_error(k, reference.keys[il]) for il, (k, _) in enumerate(river_cache)])
-    right_v = np.array([relative_row_error(v, reference.values[il]) for il, (_, v) in enumerate(river_cache)])
-    wrong = np.array([relative_row_error(k, wrong_route.keys[il]) for il, (k, _) in enumerate(river_cache)])
+    right = np.array([relative_row_error(k, reference.keys[il]) for il, (k, _) in enumerate(cache)])
+    right_v = np.array([relative_row_error(v, reference.values[il]) for il, (_, v) in enumerate(cache)])
+    wrong = np.array([relative_row_error(k, wrong_route.keys[il]) for il, (k, _) in enumerate(cache)])
     assert right.max() < 0.04 and right_v.max() < 0.04
-    on_river = np.array([[il >= d for d in exits] for il in range(len(river_cache))])
+    on_river = np.array([[il >= d for d in exits] for il in range(len(cache))])
     assert wrong[on_river].mean() > 4 * right[on_river].mean()
 
 
@@ -182,7 +182,7 @@ def test_per_layer_river_types_and_backbone_tail(tiny_llama4):
         for token in tokens:
             reference.step(token, 1, tail_layers=1)
             no_tail.step(token, 1)
-    for il, k in enumerate(river_cache):
+    for il, k in enumerate(cache):
         assert relative_row_error(k, reference.keys[il]).max() < 0.04, f"K of layer {il}"
     # the last layer's K came from the backbone, not the river
     assert relative_row_error(cache[3], no_tail.keys[3]).mean() > 0.05
