@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_generate(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("generate", help="continue a prompt, streaming the text to stdout")
-    p.add_argument("prompt", help="the text to continue")
+    p.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
+    p.add_argument("--chat", action="store_true", help="send the prompt as a user message in the model's chat template")
     p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
     p.add_argument("--max-tokens", "-n", type=int, default=128, metavar="N", help="most tokens to generate (128)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default 0)")
@@ -90,8 +91,11 @@ def _generate(args: argparse.Namespace) -> int:
     with RiverModel(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed, river=river,
                     policy=_policy(args), prefill=args.prefill, tail_layers=args.tail_layers,
                     river_head=args.river_head) as model:
+        prompt = args.prompt
+        if args.chat:
+            prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
         stream = model.generate(
-            args.prompt, max_tokens=args.max_tokens, temperature=args.temperature,
+            prompt, max_tokens=args.max_tokens, temperature=args.temperature,
             top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
             repeat_penalty=args.repeat_penalty, stop=args.stop, stream=True,
         )

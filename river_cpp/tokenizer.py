@@ -8,7 +8,7 @@ never sees text.
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import llama_cpp
 from llama_cpp import _logger as llama_logger
@@ -66,6 +66,24 @@ class Tokenizer:
     def chat_template(self) -> Optional[str]:
         template = llama_cpp.llama_model_chat_template(self._model, None)
         return template.decode("utf-8") if template else None
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_assistant: bool = True) -> str:
+        """The conversation as prompt text, in the model's chat template (llama.cpp's
+        built-in renderer of the templates it knows), ready for generation."""
+        template = llama_cpp.llama_model_chat_template(self._model, None)
+        if not template:
+            raise ValueError("this model has no chat template (tokenizer.chat_template)")
+        keep = [(m["role"].encode("utf-8"), m["content"].encode("utf-8")) for m in messages]
+        chat = (llama_cpp.llama_chat_message * len(keep))(*[llama_cpp.llama_chat_message(r, c) for r, c in keep])
+        size = 2 * sum(len(r) + len(c) for r, c in keep) + 256
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_chat_apply_template(template, chat, len(keep), add_assistant, buf, size)
+            if n < 0:
+                raise ValueError("llama.cpp does not know this model's chat template")
+            if n <= size:
+                return buf.raw[:n].decode("utf-8")
+            size = n
 
     def close(self) -> None:
         if self._model:

@@ -41,3 +41,8 @@ def test_errors_are_one_line(argv, tiny_llama4, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("river-cpp: error:") and "Traceback" not in err
+
+
+def test_generate_chat_uses_the_template(tiny_llama4, capsys):
+    assert main(["generate", "Hi", "--chat", "--model", str(tiny_llama4), "-n", "3", "--river", "none"]) == 0
+    assert "prompt: 10 tokens" in capsys.readouterr().err  # <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n

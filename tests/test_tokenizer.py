@@ -22,3 +22,10 @@ def test_matches_llama_cpp_python(demo_model, special):
     assert "im_start" in (ours.chat_template or "")
     ours.close()
     ours.close()
+
+
+def test_chat_template_renders_a_conversation(demo_model):
+    tokenizer = Tokenizer(str(demo_model))
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}])
+    assert text == "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    tokenizer.close()
