@@ -75,6 +75,10 @@ class RiverModel:
         tail_layers: exited tokens return to the backbone for the last m layers.
         river_head: exited tokens use the river's low-bit LM head.
         """
+        if prefill not in PREFILL_MODES:
+            raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
+        if isinstance(tail_layers, bool) or not isinstance(tail_layers, int) or tail_layers < 0:
+            raise ValueError(f"tail_layers must be a non-negative integer, got {tail_layers!r}")
         path = os.fspath(model_path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"model file not found: {path}")
@@ -91,12 +95,10 @@ class RiverModel:
         )
         self._tokenizer = Tokenizer(path, verbose=verbose)
         self.river_path: Optional[Path] = None
+        if tail_layers > self.n_layer:
+            raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {tail_layers}")
         self._load_river(river, river_types, progress)
-        if prefill not in PREFILL_MODES:
-            raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
         self.prefill = prefill
-        if isinstance(tail_layers, bool) or not isinstance(tail_layers, int) or not 0 <= tail_layers <= self.n_layer:
-            raise ValueError(f"tail_layers must be an integer in [0, {self.n_layer}], got {tail_layers!r}")
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
         if policy is None:
@@ -122,6 +124,7 @@ class RiverModel:
         spec.types_for(self.n_layer)
         self.river_path = load_cached_river(self.engine, Path(self.model_path), spec,
                                             n_threads=self.n_threads, progress=progress)
+
     # ---------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
