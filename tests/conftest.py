@@ -14,6 +14,7 @@ from typing import Callable
 import gguf
 import numpy as np
 import pytest
+from gguf_files import add_fields, write_and_close
 
 from river_cpp.demo import demo_backbone_path, demo_model_path
 
@@ -71,14 +72,6 @@ def tokenizer_fields(demo_model: Path) -> list[gguf.ReaderField]:
     """Every tokenizer.* metadata field of the demo model."""
     reader = gguf.GGUFReader(demo_model)
     return [field for key, field in reader.fields.items() if key.startswith("tokenizer.")]
-
-
-def _add_fields(writer: gguf.GGUFWriter, fields: list[gguf.ReaderField]) -> None:
-    """Copy metadata fields read by GGUFReader into `writer`, keeping their types."""
-    for field in fields:
-        value_type = field.types[0]
-        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
 
 
 # ---------------------------------------------------------------- tiny models
@@ -141,17 +134,14 @@ def write_tiny_gguf(
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_file_type(MATRIX_TYPES[dtype][1])
-    _add_fields(writer, tokenizer)
+    add_fields(writer, tokenizer)
     tensors = _llama_tensors(
         np.random.default_rng(seed), n_vocab=n_vocab, n_layer=n_layer, n_embd=n_embd,
         n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, tie_embeddings=tie_embeddings,
     )
     for name, values in tensors.items():
         _add_tensor(writer, name, values, dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path
 
 
@@ -216,10 +206,7 @@ def small_gguf(tmp_path_factory) -> Path:
     }
     for name, (values, qtype) in tensors.items():
         writer.add_tensor(name, gguf.quants.quantize(values.astype(np.float32), qtype), raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
+from gguf_files import add_fields, write_and_close
 
 INTERNAL_KEYS = ("GGUF.", "general.architecture")
 
@@ -18,19 +19,11 @@ def write_hybrid_gguf(backbone: Path, river: Path, k: int, out: Path) -> Path:
     river_tensors = {t.name: t for t in gguf.GGUFReader(river).tensors}
     arch = src.get_field("general.architecture").contents()
     writer = gguf.GGUFWriter(out, arch)
-    for field in src.fields.values():
-        if field.name.startswith(INTERNAL_KEYS):
-            continue
-        value_type = field.types[0]
-        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
+    add_fields(writer, (f for f in src.fields.values() if not f.name.startswith(INTERNAL_KEYS)))
     for tensor in src.tensors:
         chosen = tensor
         if tensor.name.startswith("blk.") and int(tensor.name.split(".")[1]) >= k:
             chosen = river_tensors.get(tensor.name, tensor)  # norms stay the backbone's
         writer.add_tensor(chosen.name, chosen.data, raw_dtype=chosen.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return out
