@@ -27,3 +27,11 @@ def check_llama_cpp_python() -> None:
             f"pip install llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"
         )
     import llama_cpp  # noqa: F401  (loads libggml for river_cpp._core)
+
+
+def set_ggml_verbosity(verbose: bool) -> None:
+    """Route ggml's and llama.cpp's log lines through llama-cpp-python's logger at its
+    verbosity, as Llama(verbose=...) does: only errors unless verbose."""
+    from llama_cpp import _logger
+
+    _logger.set_verbose(verbose)

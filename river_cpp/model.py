@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp import _core
+from river_cpp._ggml import set_ggml_verbosity
 from river_cpp.exit_stats import ExitStats
 from river_cpp.policy import ExitPolicy
 from river_cpp.river import DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
@@ -88,12 +89,13 @@ class RiverModel:
         self.seed = seed
         self.verbose = verbose
         n_threads = default_n_threads() if n_threads is None else _positive_int("n_threads", n_threads)
+        set_ggml_verbosity(verbose)
         if verbose:
             _core.set_log_sink(lambda level, message: print(f"river-cpp: {message}"))
         self._engine: Optional[_core.Engine] = _core.Engine(
             path, _positive_int("n_ctx", n_ctx), DEFAULT_N_BATCH, n_threads
         )
-        self._tokenizer = Tokenizer(path, verbose=verbose)
+        self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
         if tail_layers > self.n_layer:
             raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {tail_layers}")

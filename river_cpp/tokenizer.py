@@ -11,15 +11,12 @@ import ctypes
 from typing import Mapping, Optional, Sequence
 
 import llama_cpp
-from llama_cpp import _logger as llama_logger
 
 
 class Tokenizer:
     """The vocabulary of one GGUF file."""
 
-    def __init__(self, model_path: str, *, verbose: bool = False) -> None:
-        # llama-cpp-python's log callback, at its verbosity (as Llama(verbose=...) does)
-        llama_logger.set_verbose(verbose)
+    def __init__(self, model_path: str) -> None:
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         self._model = llama_cpp.llama_model_load_from_file(model_path.encode("utf-8"), params)

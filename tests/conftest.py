@@ -79,9 +79,10 @@ def tokenizer_fields(demo_model: Path) -> list[gguf.ReaderField]:
 
 def _llama_tensors(
     rng: np.random.Generator, *, n_vocab: int, n_layer: int, n_embd: int, n_head: int,
-    n_head_kv: int, n_ff: int, tie_embeddings: bool,
+    n_head_kv: int, n_ff: int, tie_embeddings: bool, qkv_bias: bool,
 ) -> dict[str, np.ndarray]:
-    """Random llama weights by GGUF name, float32, numpy shapes ([ne1, ne0])."""
+    """Random llama weights by GGUF name, float32, numpy shapes ([ne1, ne0]); qkv_bias
+    adds qwen2's Q/K/V biases."""
     n_embd_kv = n_embd // n_head * n_head_kv
 
     def matrix(n_out: int, n_in: int, std: float = MATRIX_STD) -> np.ndarray:
@@ -97,6 +98,9 @@ def _llama_tensors(
         tensors[f"{blk}.attn_q.weight"] = matrix(n_embd, n_embd, QK_STD)
         tensors[f"{blk}.attn_k.weight"] = matrix(n_embd_kv, n_embd, QK_STD)
         tensors[f"{blk}.attn_v.weight"] = matrix(n_embd_kv, n_embd)
+        if qkv_bias:
+            for name, n in (("attn_q", n_embd), ("attn_k", n_embd_kv), ("attn_v", n_embd_kv)):
+                tensors[f"{blk}.{name}.bias"] = rng.normal(0.0, QK_STD, n).astype(np.float32)
         tensors[f"{blk}.attn_output.weight"] = matrix(n_embd, n_embd)
         tensors[f"{blk}.ffn_norm.weight"] = norm()
         tensors[f"{blk}.ffn_gate.weight"] = matrix(n_ff, n_embd)
@@ -138,6 +142,7 @@ def write_tiny_gguf(
     tensors = _llama_tensors(
         np.random.default_rng(seed), n_vocab=n_vocab, n_layer=n_layer, n_embd=n_embd,
         n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, tie_embeddings=tie_embeddings,
+        qkv_bias=arch == "qwen2",
     )
     for name, values in tensors.items():
         _add_tensor(writer, name, values, dtype)
@@ -176,6 +181,12 @@ def tiny_llama(make_tiny_gguf) -> Path:
 def tiny_llama4(make_tiny_gguf) -> Path:
     """4 layers, F16 matrices (token embedding included), an untied output.weight."""
     return make_tiny_gguf("tiny_llama4", n_layer=4, dtype="f16", seed=1, tie_embeddings=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(make_tiny_gguf) -> Path:
+    """3 layers of qwen2: Q/K/V biases and NeoX-style RoPE."""
+    return make_tiny_gguf("tiny_qwen2", n_layer=3, arch="qwen2", seed=4)
 
 
 # ---------------------------------------------------------------- other files

@@ -21,7 +21,7 @@ def our_logits_and_greedy(path, ids, n_tokens):
         return logits, tokens
 
 
-@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_llama4", "demo_backbone"])
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_llama4", "tiny_qwen2", "demo_backbone"])
 def test_parity_with_llama_cpp(fixture, request):
     path = request.getfixturevalue(fixture)
     ids = llama_cpp.Llama(str(path), vocab_only=True, verbose=False).tokenize(PROMPT.encode())
