@@ -53,7 +53,6 @@ public:
     void load_river(const std::string & river_path);
     bool has_river() const { return river_file_ != nullptr; }
     void set_exit(const ExitConfig & config);
-    const ExitConfig & exit_config() const { return exit_; }
 
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
     // n_vocab per position, or only the last position's row when last_only. With

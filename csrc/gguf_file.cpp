@@ -133,14 +133,6 @@ std::optional<float> GgufFile::find_f32(const std::string & key) const {
     return gguf_get_val_f32(gguf_.get(), id);
 }
 
-size_t GgufFile::get_arr_n(const std::string & key) const {
-    const int64_t id = key_id(key);
-    if (gguf_get_kv_type(gguf_.get(), id) != GGUF_TYPE_ARRAY) {
-        throw Error("GGUF key '" + key + "' is not an array in " + path_);
-    }
-    return gguf_get_arr_n(gguf_.get(), id);
-}
-
 ggml_tensor * GgufFile::find_tensor(const std::string & name) const {
     return ggml_get_tensor(meta_.get(), name.c_str());
 }
@@ -152,9 +144,5 @@ uint8_t * GgufFile::tensor_data(const std::string & name) const {
     }
     return mapping() + gguf_get_data_offset(gguf_.get()) + gguf_get_tensor_offset(gguf_.get(), id);
 }
-
-int64_t GgufFile::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }
-
-const char * GgufFile::tensor_name(int64_t i) const { return gguf_get_tensor_name(gguf_.get(), i); }
 
 }  // namespace river

@@ -32,17 +32,13 @@ public:
     uint32_t get_u32(const std::string & key) const;
     std::optional<uint32_t> find_u32(const std::string & key) const;
     std::optional<float> find_f32(const std::string & key) const;
-    size_t get_arr_n(const std::string & key) const;
 
-    // Tensor metadata (no data attached) or nullptr when the file has no such tensor.
+    // A tensor of the file (bound to its bytes once weights.* maps them), or nullptr.
     ggml_tensor * find_tensor(const std::string & name) const;
     // Address of a tensor's bytes inside the mapping.
     uint8_t * tensor_data(const std::string & name) const;
-    int64_t n_tensors() const;
-    const char * tensor_name(int64_t i) const;
 
     gguf_context * gguf() const { return gguf_.get(); }
-    ggml_context * meta() const { return meta_.get(); }
 
 private:
     int64_t key_id(const std::string & key) const;
