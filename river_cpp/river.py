@@ -2,8 +2,8 @@
 
 A river holds the backbone's block matrices re-quantized to low-bit types (built
 in-process by ggml's quantizer in river_cpp._core) plus a low-bit LM head. Cached
-files are keyed by the backbone's identity and the river's types; the engine checks
-a loaded river against its backbone.
+files are named by the backbone's path and the river's types and record the
+backbone's identity; the engine checks a loaded river against its backbone.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from river_cpp import _core
 from river_cpp.cache import cache_dir, file_identity
 
 DEFAULT_RIVER_TYPE = "q4_0"
-# Types that need no importance matrix and that we measure; others ggml can make
-# without one are accepted too.
-RIVER_TYPES = ("q4_0", "q4_k", "iq4_nl", "q5_k", "q6_k", "q8_0")
 
 
 @dataclass(frozen=True)
@@ -69,10 +66,7 @@ def build_river(engine: _core.Engine, backbone_path: Path, spec: RiverSpec, out_
     from tqdm import tqdm
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    metadata = {
-        "river.backbone.identity": json.dumps(file_identity(backbone_path), sort_keys=True),
-        "river.spec": spec.key(),
-    }
+    metadata = _river_metadata(backbone_path, spec)
     with tqdm(total=7 * engine.n_layer + 1, desc=f"river {spec.default_type}", unit="tensor",
               disable=not progress) as bar:
         def report(done: int, total: int) -> None:
@@ -88,10 +82,7 @@ def load_cached_river(engine: _core.Engine, backbone_path: Path, spec: RiverSpec
     """Load the cached river of this backbone and spec into the engine, building it
     first when it is missing, stale (the backbone changed) or unreadable."""
     path = river_cache_path(backbone_path, spec)
-    expected = {
-        "river.backbone.identity": json.dumps(file_identity(backbone_path), sort_keys=True),
-        "river.spec": spec.key(),
-    }
+    expected = _river_metadata(backbone_path, spec)
     if path.is_file() and _string_metadata(path, expected.keys()) == expected:
         try:
             engine.load_river(str(path))
@@ -101,6 +92,14 @@ def load_cached_river(engine: _core.Engine, backbone_path: Path, spec: RiverSpec
     build_river(engine, backbone_path, spec, path, n_threads=n_threads, progress=progress)
     engine.load_river(str(path))
     return path
+
+
+def _river_metadata(backbone_path: Path, spec: RiverSpec) -> dict[str, str]:
+    """What a river file records of its making; a cached river is reused only when it matches."""
+    return {
+        "river.backbone.identity": json.dumps(file_identity(backbone_path), sort_keys=True),
+        "river.spec": spec.key(),
+    }
 
 
 def _string_metadata(path: Path, keys) -> Optional[dict]:
