@@ -144,22 +144,33 @@ int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_o
         return n_layer;
     };
 
+    BatchData batch{ids, std::vector<int32_t>(n_tokens), {}};
+    const int64_t n_past = kv_->n_past(), n_kv = n_past + n_tokens;
+    batch.kq_mask.resize(n_kv * n_tokens);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+        batch.positions[i] = static_cast<int32_t>(n_past + i);
+        // token i (position n_past + i) sees cache positions 0 .. n_past + i
+        for (int64_t j = 0; j < n_kv; ++j) {
+            batch.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : -std::numeric_limits<float>::infinity();
+        }
+    }
+
     int64_t done = 0;   // backbone layers this batch has run
     last_similarities_.assign(n_layer, std::numeric_limits<float>::quiet_NaN());
     if (depth_limit > 0 && exit_.thresholds[0] < 1.0f) {
-        run_segment({0, n_layer, 0, false}, ids, n_tokens, last_only, logits);
+        run_segment({0, n_layer, 0, false}, batch, last_only, logits);
         return 0;
     }
     for (int64_t check = next_check(0); check < n_layer; check = next_check(check)) {
-        const float similarity = run_segment({done, check, n_layer, true}, ids, n_tokens, false, nullptr);
+        const float similarity = run_segment({done, check, n_layer, true}, batch, false, nullptr);
         done = check;
         last_similarities_[check] = similarity;
         if (similarity > exit_.thresholds[check]) {
-            run_segment({done, n_layer, done, false}, ids, n_tokens, last_only, logits);
+            run_segment({done, n_layer, done, false}, batch, last_only, logits);
             return done;
         }
     }
-    run_segment({done, n_layer, n_layer, false}, ids, n_tokens, last_only, logits);
+    run_segment({done, n_layer, n_layer, false}, batch, last_only, logits);
     return n_layer;
 }
 
@@ -172,8 +183,12 @@ ggml_tensor * Engine::head_weights(int64_t exit_depth) const {
     return exit_depth < hp_.n_layer && exit_.river_head ? river_.output : backbone_.output;
 }
 
-float Engine::run_segment(const Segment & seg, const int32_t * ids, int64_t n_tokens, bool last_only, float * logits) {
-    const int64_t n_past = kv_->n_past(), n_kv = n_past + n_tokens;
+ggml_tensor * Engine::state_view(ggml_context * ctx, int64_t n_tokens) const {
+    return ggml_view_2d(ctx, state_, hp_.n_embd, n_tokens, state_->nb[1], 0);
+}
+
+float Engine::run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits) {
+    const int64_t n_tokens = batch.n_tokens(), n_past = kv_->n_past(), n_kv = n_past + n_tokens;
     const bool has_head = seg.end_layer == hp_.n_layer;
 
     ggml_init_params params{graph_meta_.size(), graph_meta_.data(), true};
@@ -198,7 +213,7 @@ float Engine::run_segment(const Segment & seg, const int32_t * ids, int64_t n_to
         ggml_set_input(tokens);
         inpL = ggml_get_rows(ctx, backbone_.tok_embd, tokens);
     } else {
-        inpL = ggml_view_2d(ctx, state_, hp_.n_embd, n_tokens, state_->nb[1], 0);
+        inpL = state_view(ctx, n_tokens);
     }
     ggml_tensor * block_input = inpL;
     for (int64_t il = seg.first_layer; il < seg.end_layer; ++il) {
@@ -222,28 +237,17 @@ float Engine::run_segment(const Segment & seg, const int32_t * ids, int64_t n_to
         ggml_set_output(result);
         ggml_build_forward_expand(gf, result);
     } else {
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, inpL, ggml_view_2d(ctx, state_, hp_.n_embd, n_tokens, state_->nb[1], 0)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, inpL, state_view(ctx, n_tokens)));
     }
 
     if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
         throw Error("cannot allocate the compute graph");
     }
-    std::vector<int32_t> positions(n_tokens);
-    for (int64_t i = 0; i < n_tokens; ++i) {
-        positions[i] = static_cast<int32_t>(n_past + i);
-    }
-    // token i (position n_past + i) sees cache positions 0 .. n_past + i
-    std::vector<float> mask(n_kv * n_tokens);
-    for (int64_t i = 0; i < n_tokens; ++i) {
-        for (int64_t j = 0; j < n_kv; ++j) {
-            mask[i * n_kv + j] = j <= n_past + i ? 0.0f : -std::numeric_limits<float>::infinity();
-        }
-    }
     if (tokens) {
-        ggml_backend_tensor_set(tokens, ids, 0, ggml_nbytes(tokens));
+        ggml_backend_tensor_set(tokens, batch.ids, 0, ggml_nbytes(tokens));
     }
-    ggml_backend_tensor_set(in.positions, positions.data(), 0, ggml_nbytes(in.positions));
-    ggml_backend_tensor_set(in.kq_mask, mask.data(), 0, ggml_nbytes(in.kq_mask));
+    ggml_backend_tensor_set(in.positions, batch.positions.data(), 0, ggml_nbytes(in.positions));
+    ggml_backend_tensor_set(in.kq_mask, batch.kq_mask.data(), 0, ggml_nbytes(in.kq_mask));
 
     if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) {
         throw Error("graph computation failed");

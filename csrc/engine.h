@@ -82,9 +82,19 @@ private:
         bool similarity;   // also output cos(in, out) of the last layer
     };
 
+    // Host copies of a batch's inputs: the same for every segment of it.
+    struct BatchData {
+        const int32_t * ids;
+        std::vector<int32_t> positions;
+        std::vector<float> kq_mask;   // [n_tokens][n_kv], 0 or -inf
+        int64_t n_tokens() const { return static_cast<int64_t>(positions.size()); }
+    };
+
     int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits);
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
-    float run_segment(const Segment & seg, const int32_t * ids, int64_t n_tokens, bool last_only, float * logits);
+    float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
+    // The residual stream carried between segments: [n_embd, n_tokens]
+    ggml_tensor * state_view(ggml_context * ctx, int64_t n_tokens) const;
     const LayerWeights & layer_weights(int64_t il, int64_t exit_depth) const;
     ggml_tensor * head_weights(int64_t exit_depth) const;
 

@@ -12,7 +12,6 @@ namespace river {
 
 // Inputs of one batch of consecutive positions [n_past, n_past + n_tokens).
 struct BatchInputs {
-    ggml_tensor * tokens = nullptr;     // I32 [n_tokens]
     ggml_tensor * positions = nullptr;  // I32 [n_tokens]
     ggml_tensor * kq_mask = nullptr;    // F32 [n_kv, n_tokens], 0 or -inf (causal)
     int64_t n_tokens = 0;
