@@ -3,7 +3,6 @@
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
-
 #include <pybind11/stl.h>
 
 #include "common.h"
