@@ -39,9 +39,17 @@ py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t po
     return py::make_tuple(k, v);
 }
 
-void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, int64_t tail_layers, bool river_head) {
+void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, const std::string & signal,
+                     int64_t tail_layers, bool river_head) {
     river::ExitConfig config;
     config.thresholds = std::move(thresholds);
+    if (signal == "cosine") {
+        config.signal = river::StateSignal::cosine;
+    } else if (signal == "update_norm") {
+        config.signal = river::StateSignal::update_norm;
+    } else {
+        throw river::Error("unknown exit signal '" + signal + "' (known: cosine, update_norm)");
+    }
     config.tail_layers = tail_layers;
     config.river_head = river_head;
     engine.set_exit(config);
@@ -104,7 +112,7 @@ PYBIND11_MODULE(_core, m) {
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("use_exit"))
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
-        .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("tail_layers"), py::arg("river_head"))
+        .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"), py::arg("river_head"))
         .def_property_readonly("last_exit_layers", [](const river::Engine & e) {
             const auto & layers = e.last_exit_layers();
             return py::array_t<int32_t>(static_cast<py::ssize_t>(layers.size()), layers.data());

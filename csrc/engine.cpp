@@ -223,7 +223,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
 
     ggml_tensor * similarity = nullptr;
     if (seg.similarity) {
-        similarity = build_state_similarity(ctx, block_input, inpL);
+        similarity = build_state_similarity(ctx, exit_.signal, block_input, inpL);
         ggml_set_output(similarity);
         ggml_build_forward_expand(gf, similarity);
     }

@@ -29,9 +29,10 @@ struct EngineParams {
 // When and how tokens leave the backbone.
 struct ExitConfig {
     // thresholds[d]: after d backbone layers a batch exits when the minimum over its
-    // tokens of cos(h_{d-1}, h_d) exceeds it; +inf never exits there. At d = 0 no
-    // block has run and the similarity counts as 1.
+    // tokens of the state signal (see StateSignal) exceeds it; +inf never exits
+    // there. At d = 0 no block has run and the signal counts as 1.
     std::vector<float> thresholds;
+    StateSignal signal = StateSignal::cosine;
     int64_t tail_layers = 0;   // exited tokens return to the backbone for the last layers
     bool river_head = false;   // exited tokens use the river's low-bit LM head
 };

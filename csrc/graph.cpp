@@ -101,12 +101,20 @@ ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_
     return cur;
 }
 
-ggml_tensor * build_state_similarity(ggml_context * ctx, ggml_tensor * before, ggml_tensor * after) {
-    // (a . b) / sqrt(|a|^2 |b|^2), per column
-    ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, before, after));
+ggml_tensor * build_state_similarity(ggml_context * ctx, StateSignal signal, ggml_tensor * before,
+                                     ggml_tensor * after) {
     ggml_tensor * aa = ggml_sum_rows(ctx, ggml_sqr(ctx, before));
-    ggml_tensor * bb = ggml_sum_rows(ctx, ggml_sqr(ctx, after));
-    ggml_tensor * sim = ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, aa, bb)));
+    ggml_tensor * sim = nullptr;
+    if (signal == StateSignal::cosine) {
+        // (a . b) / sqrt(|a|^2 |b|^2), per column
+        ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, before, after));
+        ggml_tensor * bb = ggml_sum_rows(ctx, ggml_sqr(ctx, after));
+        sim = ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, aa, bb)));
+    } else {
+        // 1 - sqrt(|b - a|^2 / |a|^2), per column
+        ggml_tensor * dd = ggml_sum_rows(ctx, ggml_sqr(ctx, ggml_sub(ctx, after, before)));
+        sim = ggml_scale_bias(ctx, ggml_sqrt(ctx, ggml_div(ctx, dd, aa)), -1.0f, 1.0f);
+    }
     ggml_set_name(sim, "state_similarity");
     return sim;
 }

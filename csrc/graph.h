@@ -31,9 +31,16 @@ struct GraphContext {
 // inpL: [n_embd, n_tokens] -> [n_embd, n_tokens]
 ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_t il, ggml_tensor * inpL);
 
-// Cosine similarity per token of the residual stream before and after a block.
+// How much a block left the residual stream alone, per token; 1 = untouched.
+enum class StateSignal {
+    cosine,        // cos(h_before, h_after), the paper's signal
+    update_norm,   // 1 - |h_after - h_before| / |h_before|: the relative size of the update
+};
+
+// The state signal per token of the residual stream before and after a block.
 // [n_embd, n_tokens] x 2 -> [1, n_tokens]
-ggml_tensor * build_state_similarity(ggml_context * ctx, ggml_tensor * before, ggml_tensor * after);
+ggml_tensor * build_state_similarity(ggml_context * ctx, StateSignal signal, ggml_tensor * before,
+                                     ggml_tensor * after);
 
 // Final RMSNorm and LM head. [n_embd, n_out] -> [n_vocab, n_out]
 ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml_tensor * output, ggml_tensor * cur);

@@ -190,7 +190,7 @@ class RiverModel:
         thresholds = policy.resolve(self.n_layer)
         if not self.has_river and any(t != float("inf") for t in thresholds):
             raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
-        self.engine.set_exit(thresholds, self._tail_layers, self._river_head)
+        self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head)
         self._policy = policy
 
     @property

@@ -7,6 +7,10 @@ still changes the hidden state: 1 means "did nothing". On SmolLM2-135M it sits
 mostly between 0.93 and 0.99, so useful thresholds lie close to 1 (e.g. 0.97-0.995).
 ``inf`` never exits at that depth and ``-inf`` always does. At d = 0 no block has
 run; the similarity counts as 1, so only a threshold below 1 exits there.
+
+The signal compared with the thresholds is the paper's cosine similarity by default;
+``signal="update_norm"`` uses 1 - |h_d - h_{d-1}| / |h_{d-1}| instead (the relative
+size of the block's update, also 1 for "did nothing").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Optional, Sequence
 
 NEVER = math.inf
 ALWAYS = -math.inf
+SIGNALS = ("cosine", "update_norm")
 
 
 @dataclass(frozen=True)
@@ -30,8 +35,11 @@ class ExitPolicy:
 
     thresholds: tuple[float, ...] = ()
     beyond: float = NEVER
+    signal: str = "cosine"
 
     def __post_init__(self) -> None:
+        if self.signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         values = tuple(float(t) for t in self.thresholds)
         if any(math.isnan(t) for t in values) or math.isnan(float(self.beyond)):
             raise ValueError("exit thresholds must not be NaN")
@@ -50,18 +58,19 @@ class ExitPolicy:
         return cls((NEVER,) * k + (ALWAYS,))
 
     @classmethod
-    def uniform(cls, tau: float, *, min_layer: int = 1, max_layer: Optional[int] = None) -> "ExitPolicy":
-        """Exit when the similarity exceeds ``tau``, checked after ``min_layer`` up to
+    def uniform(cls, tau: float, *, min_layer: int = 1, max_layer: Optional[int] = None,
+                signal: str = "cosine") -> "ExitPolicy":
+        """Exit when the signal exceeds ``tau``, checked after ``min_layer`` up to
         ``max_layer`` backbone layers (None: up to the last layer)."""
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau):
             raise ValueError(f"tau must be a number, got {tau!r}")
         _check_depth("min_layer", min_layer)
         if max_layer is None:
-            return cls((NEVER,) * min_layer, beyond=tau)
+            return cls((NEVER,) * min_layer, beyond=tau, signal=signal)
         _check_depth("max_layer", max_layer)
         if max_layer < min_layer:
             raise ValueError(f"max_layer ({max_layer}) must be >= min_layer ({min_layer})")
-        return cls((NEVER,) * min_layer + (float(tau),) * (max_layer - min_layer + 1))
+        return cls((NEVER,) * min_layer + (float(tau),) * (max_layer - min_layer + 1), signal=signal)
 
     def resolve(self, n_layer: int) -> list[float]:
         """The n_layer thresholds this policy means for a model of n_layer layers.

@@ -59,6 +59,7 @@ class ReferenceLlama:
         self.n_layer = sum(1 for name in self.backbone if name.endswith(".attn_norm.weight"))
         self.keys: list[list[np.ndarray]] = [[] for _ in range(self.n_layer)]
         self.values: list[list[np.ndarray]] = [[] for _ in range(self.n_layer)]
+        self.states: list[np.ndarray] = []  # the last step's residual stream entering each layer, and after the last
 
     def step(self, token: int, exit_layer: int, *, tail_layers: int = 0) -> np.ndarray:
         """One token that runs `exit_layer` backbone layers, then the river (and the
@@ -66,7 +67,9 @@ class ReferenceLlama:
         hp = self.hp
         pos = len(self.keys[0])
         h = self.backbone["token_embd.weight"][token].astype(np.float64)
+        self.states = []
         for il in range(self.n_layer):
+            self.states.append(h)
             on_river = exit_layer <= il < self.n_layer - tail_layers
             w = self.river if on_river else self.backbone
             p = f"blk.{il}."
@@ -81,6 +84,7 @@ class ReferenceLlama:
             x = rms_norm(h, w[p + "ffn_norm.weight"], hp["eps"])
             gate, up = w[p + "ffn_gate.weight"] @ x, w[p + "ffn_up.weight"] @ x
             h = h + w[p + "ffn_down.weight"] @ (gate / (1 + np.exp(-gate)) * up)
+        self.states.append(h)
         head = self.backbone.get("output.weight", self.backbone["token_embd.weight"])
         return head @ rms_norm(h, self.backbone["output_norm.weight"], self.hp["eps"])
 

@@ -53,3 +53,10 @@ def test_model_without_river_accepts_only_never(tiny_llama):
             model.policy = ExitPolicy.at_layer(1)
         with pytest.raises(TypeError):
             model.policy = 0.9
+
+
+def test_signal_is_part_of_the_policy():
+    assert ExitPolicy.uniform(0.9).signal == "cosine"
+    assert ExitPolicy.uniform(0.9, signal="update_norm").signal == "update_norm"
+    with pytest.raises(ValueError, match="signal"):
+        ExitPolicy.uniform(0.9, signal="entropy")

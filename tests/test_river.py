@@ -124,6 +124,26 @@ def test_similarity_exits_replay_as_forced_route(demo_backbone, monkeypatch):
             np.testing.assert_array_equal(cache[i][0], model.engine.read_kv(il, 0, model.n_past)[0])
 
 
+@pytest.mark.parametrize("signal", ["cosine", "update_norm"])
+def test_state_signal_matches_numpy(tiny_llama4, signal):
+    """The signal the engine compares with the thresholds, recomputed from numpy states."""
+    # a threshold no signal reaches: every depth is checked and none exits
+    with RiverModel(tiny_llama4, policy=ExitPolicy.uniform(2.0, min_layer=1, signal=signal)) as model:
+        reference = ReferenceLlama(tiny_llama4, model.river_path)
+        for token in model.tokenize(PROMPT):
+            model.forward([token])
+            reference.step(token, model.n_layer)
+            before, after = np.stack(reference.states[:-1]), np.stack(reference.states[1:])
+            if signal == "cosine":
+                want = (before * after).sum(1) / np.linalg.norm(before, axis=1) / np.linalg.norm(after, axis=1)
+            else:
+                want = 1 - np.linalg.norm(after - before, axis=1) / np.linalg.norm(before, axis=1)
+            got = model.engine.last_similarities
+            # depth d's signal compares the states entering and leaving block d-1
+            np.testing.assert_allclose(got[1:], want[:-1], atol=2e-3)
+            assert list(model.last_exit_layers) == [model.n_layer]
+
+
 def test_river_rebuilt_when_backbone_changes(make_tiny_gguf, tmp_path):
     backbone = tmp_path / "model.gguf"
     shutil.copy(make_tiny_gguf("tiny_seed1", seed=1), backbone)

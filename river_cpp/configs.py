@@ -1,0 +1,56 @@
+"""Named River configurations: what `river-cpp bench`, `eval` and `calibrate` compare.
+
+A configuration is everything that decides which weights a token multiplies with —
+the river's types, the exit policy, the prefill mode, the tail and the head — so
+that one name means the same model in every measurement.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Union
+
+from river_cpp.model import RiverModel
+from river_cpp.policy import ExitPolicy
+
+
+@dataclass(frozen=True)
+class RiverConfig:
+    """One way to run a backbone with (or without) its river."""
+
+    name: str
+    policy: ExitPolicy = field(default_factory=ExitPolicy.never)
+    river: Optional[str] = "q4_0"            # a river type, a river file, or None (backbone only)
+    river_types: Mapping[int, str] = field(default_factory=dict)
+    prefill: str = "exit"
+    tail_layers: int = 0
+    river_head: bool = False
+
+    def load(self, backbone: Union[str, os.PathLike], *, n_ctx: int = 2048, n_threads: Optional[int] = None,
+             progress: bool = False) -> RiverModel:
+        """A RiverModel of `backbone` in this configuration."""
+        return RiverModel(backbone, river=self.river, river_types=dict(self.river_types) or None,
+                          policy=self.policy, prefill=self.prefill, tail_layers=self.tail_layers,
+                          river_head=self.river_head, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
+
+    def apply(self, model: RiverModel) -> None:
+        """Switch a loaded model with the same river to this configuration's routing."""
+        model.policy = self.policy
+        model.prefill = self.prefill
+
+
+def backbone_config() -> RiverConfig:
+    """The backbone alone, no river loaded."""
+    return RiverConfig("backbone", river=None)
+
+
+def river_at_tau(tau: float, *, river: str = "q4_0", min_layer: int = 2, signal: str = "cosine") -> RiverConfig:
+    """The paper's River: exit when the state signal passes tau, checked from min_layer."""
+    name = f"river tau={tau:g}" + ("" if signal == "cosine" else f" {signal}") + ("" if river == "q4_0" else f" {river}")
+    return RiverConfig(name, ExitPolicy.uniform(tau, min_layer=min_layer, signal=signal), river=river)
+
+
+def full_river(river: str = "q4_0") -> RiverConfig:
+    """Every token, prompt included, on the river: the 4-bit model River is built from."""
+    return RiverConfig(f"full river {river}", ExitPolicy.at_layer(0), river=river)
