@@ -54,3 +54,8 @@ def river_at_tau(tau: float, *, river: str = "q4_0", min_layer: int = 2, signal:
 def full_river(river: str = "q4_0") -> RiverConfig:
     """Every token, prompt included, on the river: the 4-bit model River is built from."""
     return RiverConfig(f"full river {river}", ExitPolicy.at_layer(0), river=river)
+
+
+def peer_name(rung: str) -> str:
+    """The name of a llama.cpp peer in every table: "llama.cpp F16" (the backbone GGUF) or a ladder rung."""
+    return f"llama.cpp {rung}"
