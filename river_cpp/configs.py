@@ -8,7 +8,7 @@ that one name means the same model in every measurement.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
 from river_cpp.model import RiverModel
@@ -25,7 +25,7 @@ class RiverConfig:
     river_types: Mapping[int, str] = field(default_factory=dict)
     prefill: str = "exit"
     tail_layers: int = 0
-    river_head: bool = False
+    river_head: Union[bool, str] = False    # True: a head of the river's type; or a type name
 
     def load(self, backbone: Union[str, os.PathLike], *, n_ctx: int = 2048, n_threads: Optional[int] = None,
              progress: bool = False) -> RiverModel:
@@ -54,6 +54,25 @@ def river_at_tau(tau: float, *, river: str = "q4_0", min_layer: int = 2, signal:
 def full_river(river: str = "q4_0") -> RiverConfig:
     """Every token, prompt included, on the river: the 4-bit model River is built from."""
     return RiverConfig(f"full river {river}", ExitPolicy.at_layer(0), river=river)
+
+
+def decode_on_river(river: str = "q4_0") -> RiverConfig:
+    """The prompt on the backbone (full-precision KV), every decoded token on the river."""
+    return RiverConfig(f"backbone prompt, river decode {river}", ExitPolicy.at_layer(0), river=river,
+                       prefill="backbone")
+
+
+def with_last_layers(config: RiverConfig, n_layer: int, n_last: int, river_type: str) -> RiverConfig:
+    """`config` with its river's last `n_last` layers (of `n_layer`) built as `river_type`."""
+    if not 0 < n_last <= n_layer:
+        raise ValueError(f"n_last must be in [1, {n_layer}], got {n_last}")
+    types = {**config.river_types, **{layer: river_type for layer in range(n_layer - n_last, n_layer)}}
+    return replace(config, name=f"{config.name} last {n_last} {river_type}", river_types=types)
+
+
+def with_head(config: RiverConfig, head_type: str) -> RiverConfig:
+    """`config` with exited tokens using an LM head of `head_type` instead of the backbone's."""
+    return replace(config, name=f"{config.name} head {head_type}", river_head=head_type)
 
 
 def peer_name(rung: str) -> str:

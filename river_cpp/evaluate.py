@@ -1,14 +1,15 @@
 """Quality of a River configuration measured against its own backbone.
 
-Everything is teacher-forced along one token sequence (usually the backbone's greedy
-continuation), one decode step per token so each token takes its own exit, and
-compared position by position with the backbone's logits: KL divergence, same top-1,
-and greedy tokens-until-divergence.
+Everything is teacher-forced along one token sequence (corpus text, or the backbone's
+greedy continuation), one decode step per token so each token takes its own exit,
+and compared position by position with the backbone's logits: KL divergence and its
+tail, same top-1, the change in the probability of the backbone's top token; plus
+greedy tokens-until-divergence.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -53,38 +54,132 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def kl_divergence(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarray:
     """KL(reference || other) per row, in nats."""
-    p_log = log_softmax(reference_logits.astype(np.float64))
-    q_log = log_softmax(logits.astype(np.float64))
+    return _kl(log_softmax(reference_logits.astype(np.float64)), log_softmax(logits.astype(np.float64)))
+
+
+def _kl(p_log: np.ndarray, q_log: np.ndarray) -> np.ndarray:
     return (np.exp(p_log) * (p_log - q_log)).sum(axis=-1)
 
 
 @dataclass(frozen=True)
+class Positions:
+    """Per-position comparison with the reference: what QualityReport summarizes."""
+
+    kl: np.ndarray          # KL(reference || other), nats
+    same_top1: np.ndarray   # bool: both put the most probability on the same token
+    abs_dp: np.ndarray      # |p_ref(t) - p_other(t)| of the reference's top token t
+
+    @classmethod
+    def compare(cls, reference_logits: np.ndarray, logits: np.ndarray) -> "Positions":
+        """Row by row comparison of two [n, n_vocab] logit arrays."""
+        if reference_logits.shape != logits.shape:
+            raise ValueError(f"logit shapes differ: {reference_logits.shape} and {logits.shape}")
+        p_log = log_softmax(reference_logits.astype(np.float64))
+        q_log = log_softmax(logits.astype(np.float64))
+        kl = _kl(p_log, q_log)
+        top = p_log.argmax(-1)
+        rows = np.arange(top.size)
+        abs_dp = np.abs(np.exp(p_log[rows, top]) - np.exp(q_log[rows, top]))
+        return cls(kl, top == q_log.argmax(-1), abs_dp)
+
+    @classmethod
+    def concatenate(cls, parts: Sequence["Positions"]) -> "Positions":
+        """One record of several runs' positions, in order."""
+        if not parts:
+            return cls(np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0))
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in ("kl", "same_top1", "abs_dp")))
+
+
+# Percentiles of the KL divergence reported, highest first (llama-perplexity's choice of tails).
+KL_PERCENTILES = (99.9, 99.0, 95.0, 90.0, 50.0)
+
+
+@dataclass(frozen=True)
 class QualityReport:
-    """Per-position comparison with the backbone, pooled over all prompts."""
+    """Quality against the reference (the backbone), pooled over all positions.
+
+    Means carry their standard error (positions taken as independent, which they
+    are not quite within one text: read it as a lower bound).
+    """
 
     n_positions: int
     mean_kl: float
-    median_kl: float
-    p99_kl: float
+    mean_kl_se: float
     max_kl: float
+    kl_percentiles: dict[float, float]   # KL_PERCENTILES -> value
     same_top1: float
+    same_top1_se: float
+    mean_abs_dp: float
+    mean_abs_dp_se: float
 
     @classmethod
     def compare(cls, reference_logits: np.ndarray, logits: np.ndarray) -> "QualityReport":
-        kl = kl_divergence(reference_logits, logits)
-        same = reference_logits.argmax(-1) == logits.argmax(-1)
-        return cls(int(kl.size), float(kl.mean()), float(np.median(kl)), float(np.percentile(kl, 99)),
-                   float(kl.max()), float(same.mean()))
+        """The report of two [n, n_vocab] logit arrays."""
+        return cls.from_positions(Positions.compare(reference_logits, logits))
+
+    @classmethod
+    def from_positions(cls, positions: Positions) -> "QualityReport":
+        n = int(positions.kl.size)
+        if n == 0:
+            raise ValueError("no positions to report on")
+        same = positions.same_top1.astype(np.float64)
+        return cls(
+            n, float(positions.kl.mean()), _standard_error(positions.kl), float(positions.kl.max()),
+            {q: float(v) for q, v in zip(KL_PERCENTILES, np.percentile(positions.kl, KL_PERCENTILES))},
+            float(same.mean()), _standard_error(same),
+            float(positions.abs_dp.mean()), _standard_error(positions.abs_dp),
+        )
+
+    @property
+    def median_kl(self) -> float:
+        return self.kl_percentiles[50.0]
+
+    @property
+    def p99_kl(self) -> float:
+        return self.kl_percentiles[99.0]
+
+    def block(self, title: str) -> str:
+        """The statistics as a text block, laid out like llama-perplexity's KL divergence report."""
+        lines = [f"====== KL divergence statistics: {title} ({self.n_positions} positions) ======",
+                 f"Mean    KLD: {self.mean_kl:10.6f} ± {self.mean_kl_se:9.6f}",
+                 f"Maximum KLD: {self.max_kl:10.6f}"]
+        for q in KL_PERCENTILES:
+            label = "Median " if q == 50.0 else f"{q:5.1f}%".rjust(7)
+            lines.append(f"{label} KLD: {self.kl_percentiles[q]:10.6f}")
+        lines += [f"Mean  |Δp| : {100 * self.mean_abs_dp:9.4f}% ± {100 * self.mean_abs_dp_se:.4f}%",
+                  f"Same top-1 : {100 * self.same_top1:9.4f}% ± {100 * self.same_top1_se:.4f}%"]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        """Plain JSON values (percentile keys as text, e.g. "99.9")."""
+        record = asdict(self)
+        record["kl_percentiles"] = {f"{q:g}": v for q, v in self.kl_percentiles.items()}
+        return record
 
 
-def greedy_tokens(model: RiverModel, prompt: Sequence[int], n_tokens: int) -> list[int]:
-    """The greedy continuation under the model's current policy (no stop tokens)."""
+def _standard_error(values: np.ndarray) -> float:
+    """Standard error of the mean of `values` (0 for a single value)."""
+    n = values.size
+    return float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+
+
+def greedy_tokens(model: RiverModel, prompt: Sequence[int], n_tokens: int, *,
+                  before_step: Optional[Callable[[int], None]] = None) -> list[int]:
+    """The greedy continuation under the model's current policy (no stop tokens).
+
+    `before_step(i)` runs before the forward whose logits choose token i, as in
+    teacher_forced.
+    """
     model.reset()
+    if before_step:
+        before_step(0)
     logits = model.forward(prompt, last_only=True)[0]
     out: list[int] = []
     while len(out) < n_tokens:
         out.append(int(logits.argmax()))
         if len(out) < n_tokens:
+            if before_step:
+                before_step(len(out))
             logits = model.forward([out[-1]], last_only=True)[0]
     return out
 

@@ -60,7 +60,7 @@ class RiverModel:
         policy: Optional[ExitPolicy] = None,
         prefill: str = "exit",
         tail_layers: int = 0,
-        river_head: bool = False,
+        river_head: Union[bool, str] = False,
         progress: bool = True,
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
@@ -74,7 +74,8 @@ class RiverModel:
         prefill: "exit" (the prompt exits at one depth, as decode tokens do) or
             "backbone" (the prompt always runs the full backbone: full-precision KV).
         tail_layers: exited tokens return to the backbone for the last m layers.
-        river_head: exited tokens use the river's low-bit LM head.
+        river_head: exited tokens use the river's low-bit LM head: True for one of the
+            river's type, or a type name (e.g. "q8_0") for a head of that type.
         """
         if prefill not in PREFILL_MODES:
             raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
@@ -99,7 +100,7 @@ class RiverModel:
         self.river_path: Optional[Path] = None
         if tail_layers > self.n_layer:
             raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {tail_layers}")
-        self._load_river(river, river_types, progress)
+        self._load_river(river, river_types, river_head, progress)
         self.prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
@@ -108,21 +109,22 @@ class RiverModel:
         self.policy = policy
 
     def _load_river(self, river: Union[str, os.PathLike, None], river_types: Optional[Mapping[int, str]],
-                    progress: bool) -> None:
+                    river_head: Union[bool, str], progress: bool) -> None:
+        head_type = river_head if isinstance(river_head, str) else None
         if river is None:
-            if river_types:
-                raise ValueError("river_types needs a river")
+            if river_types or river_head:
+                raise ValueError("river_types and river_head need a river")
             return
         river = os.fspath(river)
         if os.path.exists(river) or river.endswith(".gguf"):
-            if river_types:
-                raise ValueError("river_types applies to built rivers, not to a given river file")
+            if river_types or head_type:
+                raise ValueError("river_types and a river_head type apply to built rivers, not to a given river file")
             if not os.path.isfile(river):
                 raise FileNotFoundError(f"river file not found: {river}")
             self.engine.load_river(river)
             self.river_path = Path(river)
             return
-        spec = RiverSpec(default_type=river, layer_types=dict(river_types or {}), head_type=river)
+        spec = RiverSpec(default_type=river, layer_types=dict(river_types or {}), head_type=head_type or river)
         spec.types_for(self.n_layer)
         self.river_path = load_cached_river(self.engine, Path(self.model_path), spec,
                                             n_threads=self.n_threads, progress=progress)

@@ -1,0 +1,418 @@
+"""What `river-cpp eval` compares with the backbone, and how each comparison is run.
+
+Every configuration is teacher-forced along the same corpus chunks: a prefix is
+prefilled, then each following token is fed in its own forward, so the measured
+positions are decode steps that take their own exits. The backbone's logits along
+the same tokens are the reference. River configurations of a tau sweep get two
+controls at the same depths: a static split at their rounded mean exit layer, and
+the same multiset of exit depths dealt to random positions (does the signal choose
+well, or does only the depth mix matter?). llama.cpp's quantizations of the backbone
+are run the same way through llama-cpp-python. The plot lives in river_cpp.pareto.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from river_cpp.configs import (RiverConfig, decode_on_river, full_river, peer_name, river_at_tau, with_head,
+                               with_last_layers)
+from river_cpp.corpus import Document, TextTokenizer, document_tokens
+from river_cpp.evaluate import Positions, QualityReport, greedy_tokens, teacher_forced, tokens_until_divergence
+from river_cpp.model import RiverModel
+from river_cpp.policy import ExitPolicy
+from river_cpp.weight_bytes import WeightBytes
+
+FORMAT = "river-cpp-eval/1"
+# The extensions beyond the paper's River that `eval` can add (issue 5's b-e).
+VARIANTS = ("update_norm", "backbone_prompt", "river_types", "head")
+VARIANT_RIVER_TYPES = ("iq4_nl", "q8_0")
+# Q4_0 with its last MIXED_LAST layers in MIXED_TYPE: where low bits cost most.
+MIXED_LAST, MIXED_TYPE = 4, "q8_0"
+HEAD_TYPE = "q8_0"
+_MIB = 1024 * 1024
+# Row groups: what a row is, for tables and plots.
+STATIC, RANDOM, VARIANT, FULL_RIVER, LLAMA = "static control", "random control", "variant", "full river", "llama.cpp"
+
+
+def sweep_group(signal: str) -> str:
+    """The group of a tau sweep's River rows: one per exit signal."""
+    return f"river {signal}"
+
+
+# ---------------------------------------------------------------- what is compared
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A configuration to measure; `controls`: also its static and random-exit controls."""
+
+    config: RiverConfig
+    group: str
+    controls: bool = False
+
+
+def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = (), river: str = "q4_0",
+         min_layer: int = 2, variant_tau: float = 0.98, variants: Sequence[str] = VARIANTS) -> list[Entry]:
+    """The configurations to compare, ordered so that those sharing a river are adjacent.
+
+    taus: the paper's River (cosine signal), with controls. signal_taus: the same with
+    the relative update norm as the signal (variant "update_norm"), with controls.
+    variant_tau: the tau of the river-type and head variants.
+    """
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"unknown variants {unknown} (known: {', '.join(VARIANTS)})")
+    entries = [Entry(river_at_tau(tau, river=river, min_layer=min_layer), sweep_group("cosine"), True)
+               for tau in taus]
+    if "update_norm" in variants:
+        entries += [Entry(river_at_tau(tau, river=river, min_layer=min_layer, signal="update_norm"),
+                          sweep_group("update_norm"), True) for tau in signal_taus]
+    if "backbone_prompt" in variants:
+        entries.append(Entry(decode_on_river(river), VARIANT))
+    entries.append(Entry(full_river(river), FULL_RIVER))
+    if "river_types" in variants:
+        at_tau = river_at_tau(variant_tau, river=river, min_layer=min_layer)
+        for river_type in (t for t in VARIANT_RIVER_TYPES if t != river):
+            entries += [Entry(river_at_tau(variant_tau, river=river_type, min_layer=min_layer), VARIANT),
+                        Entry(full_river(river_type), FULL_RIVER)]
+        entries += [Entry(with_last_layers(at_tau, n_layer, MIXED_LAST, MIXED_TYPE), VARIANT),
+                    Entry(with_last_layers(full_river(river), n_layer, MIXED_LAST, MIXED_TYPE), FULL_RIVER)]
+    if "head" in variants:
+        entries.append(Entry(with_head(river_at_tau(variant_tau, river=river, min_layer=min_layer), HEAD_TYPE),
+                             VARIANT))
+    names = [e.config.name for e in entries]
+    return [e for i, e in enumerate(entries) if e.config.name not in names[:i]]  # a tau listed twice runs once
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration's quality against the backbone and its cost."""
+
+    name: str
+    group: str
+    quality: QualityReport
+    bytes_per_token: float                        # mean weight bytes read per decoded token
+    mean_exit_layer: Optional[float] = None       # None for llama.cpp
+    tokens_until_divergence: Optional[float] = None   # None: not measured (random control)
+    control_of: Optional[str] = None              # the River row a control belongs to
+
+    def to_json(self) -> dict:
+        return dict(asdict(self), quality=self.quality.to_json())
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Row":
+        quality = dict(data["quality"])
+        quality["kl_percentiles"] = {float(q): v for q, v in quality["kl_percentiles"].items()}
+        return cls(**dict(data, quality=QualityReport(**quality)))
+
+
+@dataclass
+class Comparison:
+    """Every row of one eval run and the conditions it ran under."""
+
+    model: str
+    n_layer: int
+    prefix: int                  # prefilled tokens of each chunk
+    forced: int                  # measured decode steps of each chunk
+    n_chunks: int
+    divergence_prompts: int
+    divergence_tokens: int
+    backbone_bytes_per_token: int
+    rows: list[Row] = field(default_factory=list)
+    corpus: list[str] = field(default_factory=list)   # the corpus's sources
+
+    def row(self, name: str) -> Row:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"no row {name!r}")
+
+    def table(self) -> str:
+        """A markdown table, one row per configuration, with a header line of the conditions."""
+        lines = [f"{Path(self.model).name}: {self.n_chunks} chunks x {self.forced} teacher-forced decode steps "
+                 f"after {self.prefix} prefilled tokens; tokens until divergence: greedy, {self.divergence_prompts} "
+                 f"prompts x {self.divergence_tokens} tokens; backbone {self.backbone_bytes_per_token / _MIB:.1f} "
+                 f"MiB of weights per token",
+                 "",
+                 "| configuration | exit layer | mean KLD | 99% KLD | same top-1 | mean abs Δp | tokens until div. "
+                 "| MiB / token |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in self.rows:
+            q = r.quality
+            exit_layer = "" if r.mean_exit_layer is None else f"{r.mean_exit_layer:.1f}/{self.n_layer}"
+            until = "" if r.tokens_until_divergence is None else f"{r.tokens_until_divergence:.1f}"
+            lines.append(f"| {r.name} | {exit_layer} | {q.mean_kl:.4f} ± {q.mean_kl_se:.4f} | {q.p99_kl:.3f} | "
+                         f"{100 * q.same_top1:.1f}% | {100 * q.mean_abs_dp:.2f}% | {until} | "
+                         f"{r.bytes_per_token / _MIB:.1f} |")
+        return "\n".join(lines)
+
+    def verdicts(self) -> list[str]:
+        """For each River row with a random control: does its signal beat the control?
+
+        "beats" / "loses" when the mean KLDs differ by more than twice their combined
+        standard error, "ties" otherwise.
+        """
+        lines = []
+        for control in (r for r in self.rows if r.group == RANDOM):
+            river = self.row(control.control_of).quality
+            margin = 2 * math.hypot(river.mean_kl_se, control.quality.mean_kl_se)
+            difference = control.quality.mean_kl - river.mean_kl
+            verdict = "beats" if difference > margin else "loses to" if difference < -margin else "ties"
+            lines.append(f"{control.control_of}: the signal {verdict} its random control "
+                         f"(mean KLD {river.mean_kl:.4f} vs {control.quality.mean_kl:.4f})")
+        return lines
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["rows"] = [row.to_json() for row in self.rows]
+        return json.dumps({"format": FORMAT, **data}, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "Comparison":
+        data = json.loads(text)
+        if data.pop("format", None) != FORMAT:
+            raise ValueError(f"not a {FORMAT} report")
+        return cls(**dict(data, rows=[Row.from_json(r) for r in data["rows"]]))
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "Comparison":
+        return cls.from_json(Path(path).read_text())
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def divergence_prompts(tokenizer: TextTokenizer, documents: Sequence[Document], chunks: Sequence[Sequence[int]],
+                       *, prefix: int, n_prompts: int) -> list[list[int]]:
+    """Free-running prompts: the corpus's chat prompts in the chat template (BOS first),
+    or, for a corpus without chat, the prefixes of its first chunks."""
+    bos = tokenizer.tokenize("", add_bos=True)
+    chats = [d for d in documents if d.chat][:n_prompts]
+    if chats:
+        return [bos + document_tokens(tokenizer, d) for d in chats]
+    return [list(chunk[:prefix]) for chunk in chunks[:n_prompts]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The token sequences every configuration runs."""
+
+    chunks: list[list[int]]     # each: prefix + forced + 1 tokens
+    prefix: int
+    prompts: list[list[int]]    # free-running prompts for tokens-until-divergence
+    divergence_tokens: int
+
+    @property
+    def forced(self) -> int:
+        return len(self.chunks[0]) - self.prefix - 1
+
+    @property
+    def n_ctx(self) -> int:
+        longest_prompt = max((len(p) for p in self.prompts), default=0)
+        return max(len(self.chunks[0]), longest_prompt + self.divergence_tokens) + 1
+
+    def check(self) -> None:
+        if not self.chunks:
+            raise ValueError("the corpus gave no chunks: it is shorter than one chunk")
+        if self.prefix < 1 or self.forced < 1 or any(len(c) != len(self.chunks[0]) for c in self.chunks):
+            raise ValueError("chunks must all have prefix (>= 1) + forced (>= 1) + 1 tokens")
+
+
+# ---------------------------------------------------------------- running
+
+
+Step = Optional[Callable[[int], None]]
+Progress = Callable[[Sequence, str], Sequence]
+
+
+def _no_progress(items: Sequence, desc: str) -> Sequence:
+    return items
+
+
+def forced_positions(model: RiverModel, work: Workload, reference: Sequence[np.ndarray], *,
+                     step_for: Callable[[int], Step] = lambda chunk: None,
+                     progress: Progress = _no_progress, desc: str = "") -> tuple[Positions, np.ndarray]:
+    """Teacher-force every chunk; compare its decode steps with the reference's rows.
+
+    Returns the positions and each position's exit layer. `step_for(c)` gives chunk
+    c's before_step (see evaluate.teacher_forced; step 0 is the prefix's prefill).
+    """
+    parts, exits = [], []
+    for c in progress(range(len(work.chunks)), desc):
+        run = _forced_chunk(model, work, c, step_for(c))
+        parts.append(Positions.compare(reference[c], run.logits))
+        exits.append(run.exit_layers)
+    return Positions.concatenate(parts), np.concatenate(exits)
+
+
+def _forced_chunk(model: RiverModel, work: Workload, c: int, step: Step):
+    """Chunk c teacher-forced; row 0 (the prefill's own prediction) dropped."""
+    chunk = work.chunks[c]
+    run = teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=step)
+    run.logits, run.exit_layers = run.logits[1:], run.exit_layers[1:]
+    return run
+
+
+def reference_run(model: RiverModel, work: Workload, progress: Progress = _no_progress
+                  ) -> tuple[list[np.ndarray], list[list[int]]]:
+    """The backbone's logits at every measured position, per chunk, and its greedy
+    continuation of every prompt; `model` runs with ExitPolicy.never()."""
+    model.policy = ExitPolicy.never()
+    logits = [_forced_chunk(model, work, c, None).logits for c in progress(range(len(work.chunks)), "backbone")]
+    greedy = [greedy_tokens(model, p, work.divergence_tokens) for p in work.prompts]
+    return logits, greedy
+
+
+def mean_divergence(model: RiverModel, work: Workload, reference_greedy: Sequence[Sequence[int]],
+                    step: Step = None) -> float:
+    """Mean greedy tokens-until-divergence from the backbone over the prompts."""
+    return float(np.mean([tokens_until_divergence(ref, greedy_tokens(model, p, len(ref), before_step=step))
+                          for p, ref in zip(work.prompts, reference_greedy)]))
+
+
+def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Sequence[np.ndarray],
+               reference_greedy: Sequence[Sequence[int]], weights: WeightBytes, *, seed: int = 0,
+               progress: Progress = _no_progress) -> Iterator[Row]:
+    """The rows of one configuration (on a model loaded with its river, tail and head),
+    then, when the entry asks for them, its static and random-exit controls."""
+    config = entry.config
+
+    def per_token(exit_layers: np.ndarray) -> float:
+        return float(weights.per_token(exit_layers, tail_layers=config.tail_layers,
+                                       river_head=bool(config.river_head)).mean())
+
+    config.apply(model)
+    positions, exits = forced_positions(model, work, reference, progress=progress, desc=config.name)
+    yield Row(config.name, entry.group, QualityReport.from_positions(positions), per_token(exits),
+              float(exits.mean()), mean_divergence(model, work, reference_greedy))
+    if not entry.controls:
+        return
+
+    def prefill_then(policy_at: Callable[[int], ExitPolicy]) -> Step:
+        # The prefix prefills as the River configuration does; only decode depths differ.
+        def step(i: int) -> None:
+            model.policy = config.policy if i == 0 else policy_at(i)
+        return step
+
+    k = int(round(float(exits.mean())))
+    static = prefill_then(lambda i: ExitPolicy.at_layer(k))
+    positions, static_exits = forced_positions(model, work, reference, step_for=lambda c: static, progress=progress,
+                                               desc=f"static k={k}")
+    yield Row(f"{config.name}: static k={k}", STATIC, QualityReport.from_positions(positions),
+              per_token(static_exits), float(static_exits.mean()),
+              mean_divergence(model, work, reference_greedy, static), control_of=config.name)
+
+    dealt = np.random.default_rng(seed).permutation(exits).reshape(len(work.chunks), work.forced)
+    positions, random_exits = forced_positions(
+        model, work, reference, progress=progress, desc="random depths",
+        step_for=lambda c: prefill_then(lambda i: ExitPolicy.at_layer(int(dealt[c, i - 1]))))
+    # Greedy runs have no fixed positions to deal depths to: that control is left out.
+    yield Row(f"{config.name}: random depths", RANDOM, QualityReport.from_positions(positions),
+              per_token(random_exits), float(random_exits.mean()), control_of=config.name)
+    config.apply(model)
+
+
+def llama_row(path: Path, name: str, work: Workload, reference: Sequence[np.ndarray],
+              reference_greedy: Sequence[Sequence[int]], *, n_threads: int,
+              progress: Progress = _no_progress) -> Row:
+    """A llama.cpp model (llama-cpp-python, every position's logits) on the same chunks:
+    each chunk in one batch, as quantization needs no per-token decisions."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(str(path), n_ctx=work.n_ctx, n_batch=512, n_threads=n_threads,
+                          n_threads_batch=n_threads, logits_all=True, verbose=False)
+    try:
+        parts = []
+        for c in progress(range(len(work.chunks)), name):
+            chunk = work.chunks[c]
+            llm.reset()
+            llm.eval(chunk[:work.prefix + work.forced])
+            # score row j predicts token j + 1: the measured positions are prefix .. prefix + forced - 1
+            logits = np.array(llm.scores[work.prefix:work.prefix + work.forced], dtype=np.float32)
+            parts.append(Positions.compare(reference[c], logits))
+        divergence = float(np.mean([tokens_until_divergence(ref, _llama_greedy(llm, p, len(ref)))
+                                    for p, ref in zip(work.prompts, reference_greedy)]))
+    finally:
+        llm.close()
+    return Row(name, LLAMA, QualityReport.from_positions(Positions.concatenate(parts)),
+               float(WeightBytes.of_files(path).full_backbone()), None, divergence)
+
+
+def _llama_greedy(llm, prompt: Sequence[int], n_tokens: int) -> list[int]:
+    llm.reset()
+    llm.eval(list(prompt))
+    out: list[int] = []
+    while len(out) < n_tokens:
+        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        if len(out) < n_tokens:
+            llm.eval([out[-1]])
+    return out
+
+
+def _load_key(config: RiverConfig) -> tuple:
+    """Configurations with equal keys can share one loaded model (RiverConfig.apply)."""
+    return config.river, tuple(sorted(config.river_types.items())), config.river_head, config.tail_layers
+
+
+def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], work: Workload, *,
+                   ladder: Sequence[str] = (), n_threads: Optional[int] = None, seed: int = 0,
+                   progress: Progress = _no_progress, on_row: Callable[[Row], None] = lambda row: None,
+                   corpus: Sequence[str] = ()) -> Comparison:
+    """Measure every entry (and its controls) and every ladder rung against the backbone.
+
+    ladder: llama.cpp rungs: "F16" is the backbone GGUF itself, others LADDER_TYPES keys.
+    progress(items, desc) wraps each loop (e.g. in a progress bar); on_row sees each
+    row as soon as it is measured.
+    """
+    from river_cpp.bench import BACKBONE_RUNG
+    from river_cpp.ladder import ladder_path
+    from river_cpp.model import default_n_threads
+
+    work.check()
+    backbone = Path(backbone)
+    n_threads = default_n_threads() if n_threads is None else n_threads
+    with RiverModel(backbone, river=None, n_ctx=work.n_ctx, n_threads=n_threads) as model:
+        reference, reference_greedy = reference_run(model, work, progress)
+        n_layer = model.n_layer
+    backbone_weights = WeightBytes.of_files(backbone)
+    comparison = Comparison(str(backbone), n_layer, work.prefix, work.forced, len(work.chunks), len(work.prompts),
+                            work.divergence_tokens, backbone_weights.full_backbone(), corpus=list(corpus))
+
+    def add(row: Row) -> None:
+        comparison.rows.append(row)
+        on_row(row)
+
+    model, key, weights = None, None, None
+    try:
+        for entry in entries:
+            if _load_key(entry.config) != key:
+                if model is not None:
+                    model.close()
+                model = entry.config.load(backbone, n_ctx=work.n_ctx, n_threads=n_threads,
+                                          progress=progress is not _no_progress)
+                key = _load_key(entry.config)
+                weights = backbone_weights.with_river(model.river_path)
+            for row in river_rows(model, entry, work, reference, reference_greedy, weights, seed=seed,
+                                  progress=progress):
+                add(row)
+    finally:
+        if model is not None:
+            model.close()
+    for rung in ladder:
+        path = backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung)
+        add(llama_row(path, peer_name(rung), work, reference, reference_greedy, n_threads=n_threads,
+                      progress=progress))
+    return comparison
