@@ -107,6 +107,7 @@ class BenchRow:
 
     @property
     def t_s_mean(self) -> float:
+        """Mean tokens/s over repetitions (llama-bench's "t/s")."""
         return statistics.fmean(self.samples)
 
     @property
@@ -178,8 +179,8 @@ class BenchReport:
         columns += [f"/ {reference}"] * has_reference + ["exit layer"] * has_exit + ["peak RSS"] * has_rss
         load = "" if self.load_average is None else f", load average {self.load_average:.1f} on {self.cpu_count} CPUs"
         lines = [
-            f"{Path(self.model).name}: {self.n_threads} threads, {self.repetitions} repetitions "
-            f"interleaved{load}",
+            f"{Path(self.model).name}: {_plural(self.n_threads, 'thread')}, "
+            f"{_plural(self.repetitions, 'repetition')} interleaved{load}",
             "",
             "| " + " | ".join(columns) + " |",
             "| " + " | ".join(["---"] + ["---:"] * (len(columns) - 1)) + " |",
@@ -228,15 +229,22 @@ class BenchReport:
         return cls(rows=rows, **data)
 
     def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write to_json() to `path`."""
         Path(path).write_text(self.to_json())
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "BenchReport":
+        """A report from a file that save() (or `river-cpp bench --json`) wrote."""
         return cls.from_json(Path(path).read_text())
 
 
 def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / _MIB:.2f} MiB"
+    """llama-bench's size format, in MiB below a GiB so that small models stay readable."""
+    return f"{n_bytes / _MIB:.2f} MiB" if n_bytes < 1024 * _MIB else f"{n_bytes / (1024 * _MIB):.2f} GiB"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 # ---------------------------------------------------------------- configurations
