@@ -43,7 +43,8 @@ JSON (BenchReport.to_json)
     {"format": "river-cpp-bench/1",
      "model": "path/of/backbone.gguf", "n_layer": 30,
      "n_prompt": 512, "n_gen": 128, "repetitions": 5, "n_threads": 4, "n_ctx": 512,
-     "tg_context": 16, "cpu_count": 8, "load_average": 1.2,   # 1-minute load at the end
+     "tg_context": 16, "cpu_count": 8,
+     "load_average": 2.2,   # 1-minute load after the timed runs, their own threads included
      "rss_baseline_bytes": 123456789,                          # or null: not measured
      "versions": {"river_cpp": "0.1.0", "llama_cpp_python": "0.3.36"},
      "rows": [{"config": "river tau=0.98", "engine": "river-cpp",   # or "llama.cpp"
