@@ -57,6 +57,22 @@ def test_json_round_trip_and_schema(tiny_llama4, tmp_path):
     assert BenchReport.load(path) == report
 
 
+def test_configurations_take_turns_in_every_repetition(tiny_llama4, monkeypatch):
+    import river_cpp.bench as bench
+
+    calls = []
+    run = bench._Runner.run
+
+    def recording_run(self, kind, work, *, record=False):
+        calls.append((self.target.name, kind, record))
+        return run(self, kind, work, record=record)
+
+    monkeypatch.setattr(bench._Runner, "run", recording_run)
+    measure(tiny_llama4, [backbone_config()], ["F16"], memory=False, **TINY)
+    one_round = [("backbone", "pp"), ("backbone", "tg"), ("llama.cpp F16", "pp"), ("llama.cpp F16", "tg")]
+    assert calls == [(*c, True) for c in one_round] + [(*c, False) for c in one_round] * 2  # warm-up, then r=2
+
+
 def test_zero_tokens_skips_a_test(tiny_llama4):
     report = measure(tiny_llama4, [backbone_config()], [], memory=False, **dict(TINY, n_prompt=0))
     assert [row.test for row in report.rows] == ["tg4"]
