@@ -45,10 +45,17 @@ def speed_ratios(bench_report, reference: Optional[str] = None) -> dict[str, flo
 def plot_pareto(comparison: Comparison, out: Union[str, os.PathLike], *,
                 speeds: Optional[Mapping[str, float]] = None, speed_label: str = "decode speed / llama.cpp F16"
                 ) -> Path:
-    """Write the plot as a PNG; `speeds` maps configuration names to decode speed ratios.
+    """Write pareto_figure's plot as a PNG at `out`."""
+    path = Path(out)
+    pareto_figure(comparison, speeds=speeds, speed_label=speed_label).savefig(path, dpi=120)
+    return path
 
-    Rows whose mean KLD is not positive (nothing to show on a log axis) are left out.
-    """
+
+def pareto_figure(comparison: Comparison, *, speeds: Optional[Mapping[str, float]] = None,
+                  speed_label: str = "decode speed / llama.cpp F16"):
+    """The two-panel figure (a matplotlib Figure); `speeds` maps configuration names to
+    decode speed ratios. Rows whose mean KLD is not positive (nothing to show on a log
+    axis) are left out."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -67,9 +74,7 @@ def plot_pareto(comparison: Comparison, out: Union[str, os.PathLike], *,
     speed_axes.set_ylabel("mean KL divergence from the backbone (nats, log)")
     figure.suptitle(f"{Path(comparison.model).name}: {comparison.n_chunks * comparison.forced} "
                     f"teacher-forced decode positions")
-    path = Path(out)
-    figure.savefig(path, dpi=120)
-    return path
+    return figure
 
 
 def _panel(axes, points: list[tuple[float, Row]], xlabel: str) -> None:

@@ -46,3 +46,51 @@ def test_errors_are_one_line(argv, tiny_llama4, capsys):
 def test_generate_chat_uses_the_template(tiny_llama4, capsys):
     assert main(["generate", "Hi", "--chat", "--model", str(tiny_llama4), "-n", "3", "--river", "none"]) == 0
     assert "prompt: 10 tokens" in capsys.readouterr().err  # <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
+
+
+# ---------------------------------------------------------------- eval
+
+EVAL_SMALL = ["--tau", "0.75", "--variants", "none", "--tokens", "8", "--prefix", "4", "--forced", "4",
+              "--prompts", "1", "--generate", "3", "--threads", "2"]
+
+
+def test_eval_prints_statistics_and_a_table_and_writes_json(tiny_llama4, tmp_path, capsys):
+    from river_cpp.comparison import Comparison
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "F16", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "====== KL divergence statistics: river tau=0.75 (8 positions) ======" in stdout
+    assert "| llama.cpp F16 |" in stdout and "the signal" in stdout  # table and verdict
+    result = Comparison.load(out)
+    assert [r.name for r in result.rows][-2:] == ["full river q4_0", "llama.cpp F16"]
+    assert result.n_chunks == 2 and result.forced == 4 and "chat" in result.corpus
+
+
+def test_eval_reads_corpus_files_and_plots_with_bench_speeds(tiny_llama4, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install river-cpp[plot])")
+    from river_cpp.bench import REFERENCE, BenchReport, BenchRow
+
+    text = tmp_path / "notes.txt"
+    text.write_text("The river runs past the mill and under the old stone bridge. " * 20, encoding="utf-8")
+    bench = tmp_path / "bench.json"
+    BenchReport("m.gguf", 0, 128, 1, 2, 512, [BenchRow(name, "river-cpp", "tg128", 128, 1, (tok_s,))
+                                              for name, tok_s in ((REFERENCE, 100.0), ("full river q4_0", 150.0))]
+                ).save(bench)
+    png = tmp_path / "pareto.png"
+    assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "none", "--corpus", str(text),
+                 "--plot", str(png), "--bench", str(bench)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "llama.cpp" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--tokens", "0"], "--tokens"),
+    (["--variants", "tail"], "unknown variants"),
+    (["--bench", "missing.json"], "missing.json"),
+    (["--json", "/no/such/folder/x.json"], "no folder"),
+])
+def test_eval_errors_are_one_line(tiny_llama4, options, message, capsys):
+    assert main(["eval", "--model", str(tiny_llama4), "--ladder", "none", *options]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("river-cpp: error:") and message in err
