@@ -267,6 +267,7 @@ def _eval(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from river_cpp import comparison as cmp
+    from river_cpp._ggml import set_ggml_verbosity
     from river_cpp.bench import DEFAULT_PEERS, BenchReport, measure
     from river_cpp.corpus import load_corpus, token_chunks
     from river_cpp.pareto import plot_pareto, speed_ratios
@@ -283,6 +284,7 @@ def _eval(args: argparse.Namespace) -> int:
     bench = BenchReport.load(args.bench) if args.bench else None
     model_path = Path(args.model if args.model is not None else _demo_backbone_path())
     documents = load_corpus(args.corpus)
+    set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
     tokenizer = Tokenizer(str(model_path))
     try:
         n_chunks = -(-args.tokens // args.forced)

@@ -24,7 +24,8 @@ import numpy as np
 from river_cpp.configs import (RiverConfig, decode_on_river, full_river, peer_name, river_at_tau, with_head,
                                with_last_layers)
 from river_cpp.corpus import Document, TextTokenizer, document_tokens
-from river_cpp.evaluate import Positions, QualityReport, greedy_tokens, teacher_forced, tokens_until_divergence
+from river_cpp.evaluate import (ForcedRun, Positions, QualityReport, greedy_tokens, teacher_forced,
+                                tokens_until_divergence)
 from river_cpp.model import RiverModel
 from river_cpp.policy import ExitPolicy
 from river_cpp.weight_bytes import WeightBytes
@@ -258,7 +259,7 @@ def forced_positions(model: RiverModel, work: Workload, reference: Sequence[np.n
     return Positions.concatenate(parts), np.concatenate(exits)
 
 
-def _forced_chunk(model: RiverModel, work: Workload, c: int, step: Step):
+def _forced_chunk(model: RiverModel, work: Workload, c: int, step: Step) -> ForcedRun:
     """Chunk c teacher-forced; row 0 (the prefill's own prediction) dropped."""
     chunk = work.chunks[c]
     run = teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=step)

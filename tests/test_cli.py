@@ -51,7 +51,7 @@ def test_generate_chat_uses_the_template(tiny_llama4, capsys):
 # ---------------------------------------------------------------- eval
 
 EVAL_SMALL = ["--tau", "0.75", "--variants", "none", "--tokens", "8", "--prefix", "4", "--forced", "4",
-              "--prompts", "1", "--generate", "3", "--threads", "2"]
+              "--prompts", "1", "--generate", "3", "--threads", "1"]
 
 
 def test_eval_prints_statistics_and_a_table_and_writes_json(tiny_llama4, tmp_path, capsys):
@@ -82,6 +82,16 @@ def test_eval_reads_corpus_files_and_plots_with_bench_speeds(tiny_llama4, tmp_pa
                  "--plot", str(png), "--bench", str(bench)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "llama.cpp" not in capsys.readouterr().out
+
+
+def test_eval_can_measure_the_speeds_it_plots(tiny_llama4, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install river-cpp[plot])")
+    png = tmp_path / "pareto.png"
+    assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "F16", "--plot", str(png),
+                 "--measure-speed"]) == 0
+    bench_table = capsys.readouterr().out.split("the signal")[-1]
+    assert "| river tau=0.75 |" in bench_table and "tg128" in bench_table and "| llama.cpp F16 |" in bench_table
+    assert png.is_file()
 
 
 @pytest.mark.parametrize("options, message", [

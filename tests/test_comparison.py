@@ -93,7 +93,7 @@ def comparison(tiny_llama4, tmp_path_factory) -> tuple[Comparison, list]:
                    Entry(river_at_tau(TAU, min_layer=2), sweep_group("cosine"), controls=True),
                    Entry(full_river(), FULL_RIVER)]
         seen = []
-        result = run_comparison(tiny_llama4, entries, _workload(), ladder=["F16", "Q8_0"], n_threads=2,
+        result = run_comparison(tiny_llama4, entries, _workload(), ladder=["F16", "Q8_0"], n_threads=1,
                                 on_row=seen.append, corpus=["synthetic"])
     return result, seen
 
