@@ -277,7 +277,10 @@ def _eval(args: argparse.Namespace) -> int:
         if option and not Path(option).parent.is_dir():
             raise FileNotFoundError(f"no folder for {option}")
     if args.plot:
-        import matplotlib  # noqa: F401  (fail now, not after the run)
+        try:  # fail now, not after the run
+            import matplotlib  # noqa: F401
+        except ImportError as error:
+            raise ValueError("--plot needs matplotlib: pip install 'river-cpp[plot]'") from error
     for name in ("tokens", "prefix", "forced", "prompts", "generate"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be a positive integer")
@@ -300,7 +303,7 @@ def _eval(args: argparse.Namespace) -> int:
     ladder = [rung.upper() for rung in _choices(args.ladder, DEFAULT_PEERS)]
 
     def progress(items, desc):
-        return tqdm(items, desc=desc, unit="chunk", leave=False)
+        return tqdm(items, desc=desc, leave=False)
 
     def on_row(row: cmp.Row) -> None:
         tqdm.write(row.quality.block(row.name) + "\n")

@@ -78,16 +78,18 @@ def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = 
     if "backbone_prompt" in variants:
         entries.append(Entry(decode_on_river(river), VARIANT))
     entries.append(Entry(full_river(river), FULL_RIVER))
+    at_tau = river_at_tau(variant_tau, river=river, min_layer=min_layer)
+    if "river_types" in variants or "head" in variants:
+        entries.append(Entry(at_tau, VARIANT))  # what the variants change (dropped below if the sweep has it)
     if "river_types" in variants:
-        at_tau = river_at_tau(variant_tau, river=river, min_layer=min_layer)
         for river_type in (t for t in VARIANT_RIVER_TYPES if t != river):
             entries += [Entry(river_at_tau(variant_tau, river=river_type, min_layer=min_layer), VARIANT),
                         Entry(full_river(river_type), FULL_RIVER)]
-        entries += [Entry(with_last_layers(at_tau, n_layer, MIXED_LAST, MIXED_TYPE), VARIANT),
-                    Entry(with_last_layers(full_river(river), n_layer, MIXED_LAST, MIXED_TYPE), FULL_RIVER)]
+        n_last = min(MIXED_LAST, n_layer)
+        entries += [Entry(with_last_layers(at_tau, n_layer, n_last, MIXED_TYPE), VARIANT),
+                    Entry(with_last_layers(full_river(river), n_layer, n_last, MIXED_TYPE), FULL_RIVER)]
     if "head" in variants:
-        entries.append(Entry(with_head(river_at_tau(variant_tau, river=river, min_layer=min_layer), HEAD_TYPE),
-                             VARIANT))
+        entries.append(Entry(with_head(at_tau, HEAD_TYPE), VARIANT))
     names = [e.config.name for e in entries]
     return [e for i, e in enumerate(entries) if e.config.name not in names[:i]]  # a tau listed twice runs once
 
@@ -412,8 +414,8 @@ def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], 
     finally:
         if model is not None:
             model.close()
-    for rung in ladder:
-        path = backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung)
+    for rung in progress(ladder, "llama.cpp ladder"):
+        path = backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung)  # quantized once, cached
         add(llama_row(path, peer_name(rung), work, reference, reference_greedy, n_threads=n_threads,
                       progress=progress))
     return comparison

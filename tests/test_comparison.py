@@ -42,6 +42,11 @@ def test_plan_orders_and_names_every_configuration():
     assert entries[11].config.river_head == "q8_0"
     assert [e.config.name for e in plan(30, taus=[0.9], signal_taus=[0.8], variants=[])] == [
         "river tau=0.9", "full river q4_0"]
+    # the variants' own baseline when the sweep lacks it; a model shorter than the mixed tail
+    entries = plan(2, taus=[0.9], variant_tau=0.98, variants=["river_types", "head"])
+    assert [(e.config.name, e.group) for e in entries[:3]] == [
+        ("river tau=0.9", sweep_group("cosine")), ("full river q4_0", FULL_RIVER), ("river tau=0.98", VARIANT)]
+    assert "river tau=0.98 last 2 q8_0" in [e.config.name for e in entries]
     assert set(VARIANTS) == {"update_norm", "backbone_prompt", "river_types", "head"}
     with pytest.raises(ValueError, match="unknown variants"):
         plan(30, taus=[0.9], variants=["tail"])
