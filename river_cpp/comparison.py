@@ -13,7 +13,6 @@ are run the same way through llama-cpp-python. The plot lives in river_cpp.paret
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,8 +23,8 @@ import numpy as np
 from river_cpp.configs import (RiverConfig, decode_on_river, full_river, peer_name, river_at_tau, with_head,
                                with_last_layers)
 from river_cpp.corpus import Document, TextTokenizer, document_tokens
-from river_cpp.evaluate import (ForcedRun, Positions, QualityReport, greedy_tokens, teacher_forced,
-                                tokens_until_divergence)
+from river_cpp.evaluate import (ForcedRun, Positions, QualityReport, greedy_tokens, standard_error,
+                                teacher_forced, tokens_until_divergence)
 from river_cpp.model import RiverModel
 from river_cpp.policy import ExitPolicy
 from river_cpp.weight_bytes import WeightBytes
@@ -108,6 +107,10 @@ class Row:
     mean_exit_layer: Optional[float] = None       # None for llama.cpp
     tokens_until_divergence: Optional[float] = None   # None: not measured (random control)
     control_of: Optional[str] = None              # the River row a control belongs to
+    # A control's KLD minus its River row's, position by position: mean and standard error
+    # (paired, so much tighter than the difference of the two means' errors).
+    kl_excess: Optional[float] = None
+    kl_excess_se: Optional[float] = None
 
     def to_json(self) -> dict:
         return dict(asdict(self), quality=self.quality.to_json())
@@ -160,19 +163,19 @@ class Comparison:
         return "\n".join(lines)
 
     def verdicts(self) -> list[str]:
-        """For each River row with a random control: does its signal beat the control?
+        """For each River row with controls: does its signal beat them?
 
-        "beats" / "loses" when the mean KLDs differ by more than twice their combined
-        standard error, "ties" otherwise.
+        "beats" / "loses to" when the control's paired KLD excess is more than twice its
+        standard error above / below 0, "ties" otherwise.
         """
         lines = []
-        for control in (r for r in self.rows if r.group == RANDOM):
-            river = self.row(control.control_of).quality
-            margin = 2 * math.hypot(river.mean_kl_se, control.quality.mean_kl_se)
-            difference = control.quality.mean_kl - river.mean_kl
-            verdict = "beats" if difference > margin else "loses to" if difference < -margin else "ties"
-            lines.append(f"{control.control_of}: the signal {verdict} its random control "
-                         f"(mean KLD {river.mean_kl:.4f} vs {control.quality.mean_kl:.4f})")
+        for control in (r for r in self.rows if r.kl_excess is not None):
+            margin = 2 * (control.kl_excess_se or 0.0)
+            verdict = ("beats" if control.kl_excess > margin else
+                       "loses to" if control.kl_excess < -margin else "ties")
+            lines.append(f"{control.control_of}: the signal {verdict} its {control.group} (KLD "
+                         f"{self.row(control.control_of).quality.mean_kl:.4f} vs {control.quality.mean_kl:.4f}, "
+                         f"paired difference {control.kl_excess:+.4f} ± {control.kl_excess_se:.4f})")
         return lines
 
     def to_json(self) -> str:
@@ -310,21 +313,27 @@ def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Seque
             model.policy = config.policy if i == 0 else policy_at(i)
         return step
 
+    def excess(control: Positions) -> dict[str, float]:
+        difference = control.kl - positions.kl
+        return dict(kl_excess=float(difference.mean()), kl_excess_se=standard_error(difference))
+
     k = int(round(float(exits.mean())))
     static = prefill_then(lambda i: ExitPolicy.at_layer(k))
-    positions, static_exits = forced_positions(model, work, reference, step_for=lambda c: static, progress=progress,
-                                               desc=f"static k={k}")
-    yield Row(f"{config.name}: static k={k}", STATIC, QualityReport.from_positions(positions),
+    static_positions, static_exits = forced_positions(model, work, reference, step_for=lambda c: static,
+                                                      progress=progress, desc=f"static k={k}")
+    yield Row(f"{config.name}: static k={k}", STATIC, QualityReport.from_positions(static_positions),
               per_token(static_exits), float(static_exits.mean()),
-              mean_divergence(model, work, reference_greedy, static), control_of=config.name)
+              mean_divergence(model, work, reference_greedy, static), control_of=config.name,
+              **excess(static_positions))
 
     dealt = np.random.default_rng(seed).permutation(exits).reshape(len(work.chunks), work.forced)
-    positions, random_exits = forced_positions(
+    random_positions, random_exits = forced_positions(
         model, work, reference, progress=progress, desc="random depths",
         step_for=lambda c: prefill_then(lambda i: ExitPolicy.at_layer(int(dealt[c, i - 1]))))
     # Greedy runs have no fixed positions to deal depths to: that control is left out.
-    yield Row(f"{config.name}: random depths", RANDOM, QualityReport.from_positions(positions),
-              per_token(random_exits), float(random_exits.mean()), control_of=config.name)
+    yield Row(f"{config.name}: random depths", RANDOM, QualityReport.from_positions(random_positions),
+              per_token(random_exits), float(random_exits.mean()), control_of=config.name,
+              **excess(random_positions))
     config.apply(model)
 
 

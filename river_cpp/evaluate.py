@@ -124,10 +124,10 @@ class QualityReport:
             raise ValueError("no positions to report on")
         same = positions.same_top1.astype(np.float64)
         return cls(
-            n, float(positions.kl.mean()), _standard_error(positions.kl), float(positions.kl.max()),
+            n, float(positions.kl.mean()), standard_error(positions.kl), float(positions.kl.max()),
             {q: float(v) for q, v in zip(KL_PERCENTILES, np.percentile(positions.kl, KL_PERCENTILES))},
-            float(same.mean()), _standard_error(same),
-            float(positions.abs_dp.mean()), _standard_error(positions.abs_dp),
+            float(same.mean()), standard_error(same),
+            float(positions.abs_dp.mean()), standard_error(positions.abs_dp),
         )
 
     @property
@@ -157,8 +157,8 @@ class QualityReport:
         return record
 
 
-def _standard_error(values: np.ndarray) -> float:
-    """Standard error of the mean of `values` (0 for a single value)."""
+def standard_error(values: np.ndarray) -> float:
+    """Standard error of the mean of `values` (0 for a single value), positions taken as independent."""
     n = values.size
     return float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
 

@@ -128,7 +128,13 @@ def test_river_row_and_its_controls(comparison, tiny_llama4):
     full = result.row("full river q4_0")
     assert full.mean_exit_layer == 0 and full.bytes_per_token < river.bytes_per_token < result.backbone_bytes_per_token
     assert full.quality.mean_kl > 0
-    assert [line.split(":")[0] for line in result.verdicts()] == [river.name]
+    for control in (static, random):  # paired over the same positions: the mean excess is the difference of means
+        assert control.kl_excess == pytest.approx(control.quality.mean_kl - river.quality.mean_kl)
+        assert control.kl_excess_se > 0
+    assert river.kl_excess is None and full.kl_excess is None
+    verdicts = result.verdicts()
+    assert [line.split(":")[0] for line in verdicts] == [river.name] * 2
+    assert "static control" in verdicts[0] and "random control" in verdicts[1]
 
 
 def test_llama_cpp_rows(comparison, tiny_llama4):
