@@ -64,12 +64,15 @@ def pareto_figure(comparison: Comparison, *, speeds: Optional[Mapping[str, float
     FigureCanvasAgg(figure)
     speed_axes, bytes_axes = figure.subplots(1, 2, sharey=True)
     speeds = speeds or {}
-    _panel(speed_axes, [(speeds[r.name], r) for r in rows if r.name in speeds], speed_label)
+    sweeps = list(dict.fromkeys(r.group for r in rows if r.group not in _STYLE))
+    styles = {**_STYLE, **{g: dict(marker="o", color=_SWEEP_COLOURS[i % len(_SWEEP_COLOURS)])
+                           for i, g in enumerate(sweeps)}}
+    _panel(speed_axes, [(speeds[r.name], r) for r in rows if r.name in speeds], speed_label, styles)
     if not any(r.name in speeds for r in rows):
         speed_axes.text(0.5, 0.5, "no decode speeds for these configurations:\n"
                                   "pass --bench FILE from `river-cpp bench --json FILE`",
                         ha="center", va="center", transform=speed_axes.transAxes, color="grey")
-    _panel(bytes_axes, [(r.bytes_per_token / _MIB, r) for r in rows], "weight MiB read per decoded token")
+    _panel(bytes_axes, [(r.bytes_per_token / _MIB, r) for r in rows], "weight MiB read per decoded token", styles)
     bytes_axes.invert_xaxis()  # fewer bytes is better: better points lie towards the lower right, as for speed
     speed_axes.set_ylabel("mean KL divergence from the backbone (nats, log)")
     figure.suptitle(f"{Path(comparison.model).name}: {comparison.n_chunks * comparison.forced} "
@@ -77,19 +80,18 @@ def pareto_figure(comparison: Comparison, *, speeds: Optional[Mapping[str, float
     return figure
 
 
-def _panel(axes, points: list[tuple[float, Row]], xlabel: str) -> None:
+def _panel(axes, points: list[tuple[float, Row]], xlabel: str, styles: dict[str, dict]) -> None:
+    """One panel: a series per row group; tau sweeps and the llama.cpp ladder joined, in row order."""
     axes.set_xlabel(xlabel)
     axes.set_yscale("log")
     axes.grid(True, which="both", alpha=0.3)
     groups: dict[str, list[tuple[float, Row]]] = {}
     for x, row in points:
         groups.setdefault(row.group, []).append((x, row))
-    sweeps = [g for g in groups if g not in _STYLE]
     for group, members in groups.items():
-        style = _STYLE.get(group) or dict(marker="o", color=_SWEEP_COLOURS[sweeps.index(group) % len(_SWEEP_COLOURS)])
         xs, ys = [x for x, _ in members], [r.quality.mean_kl for _, r in members]
-        joined = group == LLAMA or group in sweeps
-        axes.plot(xs, ys, linestyle="-" if joined else "none", label=group, **style)
+        joined = group == LLAMA or group not in _STYLE
+        axes.plot(xs, ys, linestyle="-" if joined else "none", label=group, **styles[group])
         for x, row in members:
             if row.group not in (STATIC, RANDOM):
                 axes.annotate(_label(row), (x, row.quality.mean_kl), textcoords="offset points", xytext=(4, 4),

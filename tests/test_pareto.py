@@ -63,6 +63,17 @@ def test_speed_panel_shows_only_rows_with_a_speed(comparison):
     assert _lines(speed_axes) == {} and ["--bench" in t.get_text() for t in speed_axes.texts] == [True]
 
 
+def test_a_sweep_keeps_its_colour_in_both_panels(comparison):
+    comparison.rows.append(_row("river tau=0.8 update_norm", sweep_group("update_norm"), 0.5, 200))
+    speed_axes, bytes_axes = pareto_figure(comparison, speeds={"river tau=0.8 update_norm": 1.2}).axes
+
+    def colours(axes) -> dict[str, str]:
+        return {line.get_label(): line.get_color() for line in axes.get_lines()}
+
+    assert colours(speed_axes)[sweep_group("update_norm")] == colours(bytes_axes)[sweep_group("update_norm")]
+    assert colours(bytes_axes)[sweep_group("update_norm")] != colours(bytes_axes)[sweep_group("cosine")]
+
+
 def test_plot_writes_a_png(comparison, tmp_path):
     path = plot_pareto(comparison, tmp_path / "pareto.png", speeds={"river tau=0.97": 1.5})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
