@@ -17,6 +17,14 @@ struct ContextDeleter {
     void operator()(ggml_context * c) const { ggml_free(c); }
 };
 
+// Copies host data into a graph input. An input that no node of this graph reads
+// (the sliding-window mask of a segment of global layers) was never allocated.
+void set_input(ggml_tensor * input, const void * data) {
+    if (input && input->buffer) {
+        ggml_backend_tensor_set(input, data, 0, ggml_nbytes(input));
+    }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- setup
@@ -146,12 +154,22 @@ int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_o
 
     BatchData batch{ids, std::vector<int32_t>(n_tokens), {}};
     const int64_t n_past = kv_->n_past(), n_kv = n_past + n_tokens;
+    const float masked = -std::numeric_limits<float>::infinity();
     batch.kq_mask.resize(n_kv * n_tokens);
     for (int64_t i = 0; i < n_tokens; ++i) {
         batch.positions[i] = static_cast<int32_t>(n_past + i);
         // token i (position n_past + i) sees cache positions 0 .. n_past + i
         for (int64_t j = 0; j < n_kv; ++j) {
-            batch.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : -std::numeric_limits<float>::infinity();
+            batch.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : masked;
+        }
+    }
+    if (hp_.has_swa()) {
+        // and in sliding-window layers only the last n_swa of them, itself included
+        batch.kq_mask_swa = batch.kq_mask;
+        for (int64_t i = 0; i < n_tokens; ++i) {
+            for (int64_t j = 0; j <= n_past + i - hp_.n_swa; ++j) {
+                batch.kq_mask_swa[i * n_kv + j] = masked;
+            }
         }
     }
 
@@ -203,6 +221,10 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n_tokens);
     ggml_set_input(in.positions);
     ggml_set_input(in.kq_mask);
+    if (hp_.has_swa()) {
+        in.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n_tokens);
+        ggml_set_input(in.kq_mask_swa);
+    }
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
 
     // [n_embd, n_tokens]
@@ -212,6 +234,9 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
         tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
         ggml_set_input(tokens);
         inpL = ggml_get_rows(ctx, backbone_.tok_embd, tokens);
+        if (hp_.embd_scale != 1.0f) {
+            inpL = ggml_scale(ctx, inpL, hp_.embd_scale);
+        }
     } else {
         inpL = state_view(ctx, n_tokens);
     }
@@ -243,11 +268,10 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
         throw Error("cannot allocate the compute graph");
     }
-    if (tokens) {
-        ggml_backend_tensor_set(tokens, batch.ids, 0, ggml_nbytes(tokens));
-    }
-    ggml_backend_tensor_set(in.positions, batch.positions.data(), 0, ggml_nbytes(in.positions));
-    ggml_backend_tensor_set(in.kq_mask, batch.kq_mask.data(), 0, ggml_nbytes(in.kq_mask));
+    set_input(tokens, batch.ids);
+    set_input(in.positions, batch.positions.data());
+    set_input(in.kq_mask, batch.kq_mask.data());
+    set_input(in.kq_mask_swa, batch.kq_mask_swa.data());
 
     if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) {
         throw Error("graph computation failed");

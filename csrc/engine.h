@@ -87,7 +87,8 @@ private:
     struct BatchData {
         const int32_t * ids;
         std::vector<int32_t> positions;
-        std::vector<float> kq_mask;   // [n_tokens][n_kv], 0 or -inf
+        std::vector<float> kq_mask;       // [n_tokens][n_kv], 0 or -inf
+        std::vector<float> kq_mask_swa;   // the same within the sliding window; empty without one
         int64_t n_tokens() const { return static_cast<int64_t>(positions.size()); }
     };
 

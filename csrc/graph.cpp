@@ -1,7 +1,5 @@
 #include "graph.h"
 
-#include <cmath>
-
 namespace river {
 
 namespace {
@@ -14,11 +12,26 @@ ggml_tensor * add_bias(const GraphContext & g, ggml_tensor * cur, ggml_tensor * 
     return bias ? ggml_add(g.ctx, cur, bias) : cur;
 }
 
-ggml_tensor * build_rope(const GraphContext & g, ggml_tensor * cur) {
+ggml_tensor * build_rope(const GraphContext & g, int64_t il, ggml_tensor * cur) {
     const HParams & hp = g.hp;
+    const bool swa = hp.is_swa(il);
     return ggml_rope_ext(g.ctx, cur, g.in.positions, g.rope_freqs, static_cast<int>(hp.n_rot), hp.rope_mode,
-                         static_cast<int>(hp.n_ctx_train), hp.rope_freq_base, /*freq_scale*/ 1.0f,
-                         /*ext_factor*/ 0.0f, /*attn_factor*/ 1.0f, /*beta_fast*/ 32.0f, /*beta_slow*/ 1.0f);
+                         static_cast<int>(hp.n_ctx_train), swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
+                         swa ? 1.0f : hp.rope_freq_scale, /*ext_factor*/ 0.0f, /*attn_factor*/ 1.0f,
+                         /*beta_fast*/ 32.0f, /*beta_slow*/ 1.0f);
+}
+
+ggml_tensor * build_ffn(const GraphContext & g, const LayerWeights & w, ggml_tensor * cur) {
+    // down(act(gate(x)) * up(x))
+    ggml_tensor * gate = ggml_mul_mat(g.ctx, w.ffn_gate, cur);
+    ggml_tensor * up = ggml_mul_mat(g.ctx, w.ffn_up, cur);
+    cur = g.hp.ffn_act == FfnActivation::gelu ? ggml_geglu_split(g.ctx, gate, up) : ggml_swiglu_split(g.ctx, gate, up);
+    return ggml_mul_mat(g.ctx, w.ffn_down, cur);
+}
+
+// gemma normalizes a sublayer's output before adding it to the residual stream
+ggml_tensor * build_post_norm(const GraphContext & g, ggml_tensor * cur, ggml_tensor * weight) {
+    return weight ? build_norm(g, cur, weight) : cur;
 }
 
 // Writes K/V of this batch into layer il's cache slots, then attends over all
@@ -44,12 +57,18 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
     ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1], es_k * head, 0);
     // [n_kv, head, n_head_kv]
     ggml_tensor * v = ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head, 0);
+    float kq_scale = hp.attn_scale;
+    if (hp.scale_queries) {
+        Qcur = ggml_scale(ctx, Qcur, hp.attn_scale);
+        kq_scale = 1.0f;
+    }
     // [head, n_tokens, n_head]
     ggml_tensor * q = ggml_permute(ctx, Qcur, 0, 2, 1, 3);
 
-    // softmax(q k^T / sqrt(d) + mask): [n_kv, n_tokens, n_head]
+    // softmax(q k^T * attn_scale + mask): [n_kv, n_tokens, n_head]
     ggml_tensor * kq = ggml_mul_mat(ctx, k, q);
-    kq = ggml_soft_max_ext(ctx, kq, g.in.kq_mask, 1.0f / std::sqrt(static_cast<float>(head)), 0.0f);
+    ggml_tensor * mask = hp.is_swa(il) ? g.in.kq_mask_swa : g.in.kq_mask;
+    kq = ggml_soft_max_ext(ctx, kq, mask, kq_scale, 0.0f);
     ggml_format_name(kq, "kq_soft_max-%d", static_cast<int>(il));
 
     // [head, n_tokens, n_head] -> [head, n_head, n_tokens] -> [n_embd_q, n_tokens]
@@ -78,22 +97,20 @@ ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_
         Qcur = build_norm(g, Qcur, w.q_norm);
         Kcur = build_norm(g, Kcur, w.k_norm);
     }
-    Qcur = build_rope(g, Qcur);
-    Kcur = build_rope(g, Kcur);
+    Qcur = build_rope(g, il, Qcur);
+    Kcur = build_rope(g, il, Kcur);
     ggml_format_name(Qcur, "Qcur-%d", il_name);
     ggml_format_name(Kcur, "Kcur-%d", il_name);
 
     cur = build_attention(g, il, Qcur, Kcur, Vcur);
-    cur = ggml_mul_mat(ctx, w.wo, cur);
+    cur = build_post_norm(g, ggml_mul_mat(ctx, w.wo, cur), w.attn_post_norm);
     ggml_format_name(cur, "attn_out-%d", il_name);
 
     ggml_tensor * ffn_inp = ggml_add(ctx, cur, inpSA);
     ggml_format_name(ffn_inp, "ffn_inp-%d", il_name);
 
-    // down(silu(gate(x)) * up(x))
-    cur = build_norm(g, ffn_inp, w.ffn_norm);
-    cur = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, w.ffn_gate, cur), ggml_mul_mat(ctx, w.ffn_up, cur));
-    cur = ggml_mul_mat(ctx, w.ffn_down, cur);
+    cur = build_ffn(g, w, build_norm(g, ffn_inp, w.ffn_norm));
+    cur = build_post_norm(g, cur, w.ffn_post_norm);
     ggml_format_name(cur, "ffn_out-%d", il_name);
 
     cur = ggml_add(ctx, cur, ffn_inp);
@@ -123,6 +140,9 @@ ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml
     cur = build_norm(g, cur, output_norm);
     ggml_set_name(cur, "result_norm");
     cur = ggml_mul_mat(g.ctx, output, cur);
+    if (g.hp.logit_softcap > 0.0f) {
+        cur = ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, cur, 1.0f / g.hp.logit_softcap)), g.hp.logit_softcap);
+    }
     ggml_set_name(cur, "result_output");
     return cur;
 }

@@ -14,6 +14,7 @@ namespace river {
 struct BatchInputs {
     ggml_tensor * positions = nullptr;  // I32 [n_tokens]
     ggml_tensor * kq_mask = nullptr;    // F32 [n_kv, n_tokens], 0 or -inf (causal)
+    ggml_tensor * kq_mask_swa = nullptr;  // the same within the sliding window; nullptr without one
     int64_t n_tokens = 0;
     int64_t n_past = 0;
 };
@@ -27,7 +28,8 @@ struct GraphContext {
     ggml_tensor * rope_freqs;   // nullptr unless the model has llama3 frequency factors
 };
 
-// One pre-norm block; writes this batch's K/V of layer il into the cache.
+// One pre-norm block (with gemma's post-norms when the model has them); writes this
+// batch's K/V of layer il into the cache.
 // inpL: [n_embd, n_tokens] -> [n_embd, n_tokens]
 ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_t il, ggml_tensor * inpL);
 
@@ -42,7 +44,7 @@ enum class StateSignal {
 ggml_tensor * build_state_similarity(ggml_context * ctx, StateSignal signal, ggml_tensor * before,
                                      ggml_tensor * after);
 
-// Final RMSNorm and LM head. [n_embd, n_out] -> [n_vocab, n_out]
+// Final RMSNorm, LM head and (gemma) logit soft-capping. [n_embd, n_out] -> [n_vocab, n_out]
 ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml_tensor * output, ggml_tensor * cur);
 
 }  // namespace river

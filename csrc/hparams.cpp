@@ -1,6 +1,7 @@
 #include "hparams.h"
 
 #include <array>
+#include <cmath>
 
 #include "common.h"
 #include "ggml.h"
@@ -13,15 +14,81 @@ namespace {
 struct ArchInfo {
     const char * name;
     int rope_mode;
+    FfnActivation ffn_act;
+    bool gemma;   // scaled embeddings, post-norms, sliding-window layers
 };
 
-// Architectures whose block is the pre-norm RMSNorm / RoPE attention / SwiGLU MLP of
-// Llama; qwen2 adds QKV biases and qwen3 q/k norms, both optional tensors.
-constexpr std::array<ArchInfo, 3> k_archs{{
-    {"llama", 0},
-    {"qwen2", GGML_ROPE_TYPE_NEOX},
-    {"qwen3", GGML_ROPE_TYPE_NEOX},
+// Architectures whose block is Llama's pre-norm RMSNorm / RoPE attention / gated MLP.
+// qwen2 adds QKV biases and qwen3 q/k norms (optional tensors); gemma3 adds q/k
+// norms, norms after attention and FFN, GELU, and sliding-window layers.
+constexpr std::array<ArchInfo, 4> k_archs{{
+    {"llama", 0, FfnActivation::silu, false},
+    {"qwen2", GGML_ROPE_TYPE_NEOX, FfnActivation::silu, false},
+    {"qwen3", GGML_ROPE_TYPE_NEOX, FfnActivation::silu, false},
+    {"gemma3", GGML_ROPE_TYPE_NEOX, FfnActivation::gelu, true},
 }};
+
+// Gemma 3 alternates five sliding-window layers with one global layer unless the
+// file says otherwise.
+constexpr uint32_t k_gemma_swa_period = 6;
+
+void read_rope_scaling(const GgufFile & file, const std::string & p, HParams & hp) {
+    std::string scaling = "linear";   // what a factor without a type means
+    if (file.has_key(p + "rope.scaling.type")) {
+        scaling = file.get_str(p + "rope.scaling.type");
+    }
+    if (scaling == "none") {
+        return;
+    }
+    if (scaling != "linear") {
+        throw Error("rope scaling '" + scaling + "' is not supported (supported: none, linear) in " + file.path());
+    }
+    const float factor = file.find_f32(p + "rope.scaling.factor").value_or(1.0f);
+    if (!(factor > 0.0f) || !std::isfinite(factor)) {
+        throw Error("invalid rope scaling factor in " + file.path());
+    }
+    hp.rope_freq_scale = 1.0f / factor;
+}
+
+// Which layers use the sliding window: a per-layer array in the file, or a period
+// whose last layer is global.
+std::vector<bool> read_swa_layers(const GgufFile & file, const std::string & key, int64_t n_layer) {
+    std::vector<bool> layers(n_layer);
+    const int64_t id = gguf_find_key(file.gguf(), key.c_str());
+    if (id >= 0 && gguf_get_kv_type(file.gguf(), id) == GGUF_TYPE_ARRAY) {
+        if (gguf_get_arr_type(file.gguf(), id) != GGUF_TYPE_BOOL ||
+            static_cast<int64_t>(gguf_get_arr_n(file.gguf(), id)) != n_layer) {
+            throw Error("'" + key + "' must hold one bool per layer in " + file.path());
+        }
+        const auto * flags = static_cast<const int8_t *>(gguf_get_arr_data(file.gguf(), id));
+        for (int64_t il = 0; il < n_layer; ++il) {
+            layers[il] = flags[il] != 0;
+        }
+        return layers;
+    }
+    const uint32_t period = file.find_u32(key).value_or(k_gemma_swa_period);
+    for (int64_t il = 0; il < n_layer; ++il) {
+        layers[il] = period == 0 || il % period < period - 1;
+    }
+    return layers;
+}
+
+void read_gemma(const GgufFile & file, const std::string & p, HParams & hp) {
+    hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
+    hp.post_norms = true;
+    hp.scale_queries = true;
+    hp.logit_softcap = file.find_f32(p + "final_logit_softcapping").value_or(0.0f);
+    // Gemma 3 27B scales q.k by its model width per head, not by the head size
+    // (its query_pre_attn_scalar); llama.cpp recognizes it by its 62 layers.
+    if (hp.n_layer == 62) {
+        hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+    }
+    hp.n_swa = file.find_u32(p + "attention.sliding_window").value_or(0);
+    if (hp.n_swa > 0) {
+        hp.swa_layers = read_swa_layers(file, p + "attention.sliding_window_pattern", hp.n_layer);
+        hp.rope_freq_base_swa = file.find_f32(p + "rope.freq_base_swa").value_or(10000.0f);
+    }
+}
 
 }  // namespace
 
@@ -58,9 +125,13 @@ HParams read_hparams(const GgufFile & file) {
     }
     hp.n_embd_head = file.find_u32(p + "attention.key_length").value_or(hp.n_embd / hp.n_head);
     hp.n_rot = file.find_u32(p + "rope.dimension_count").value_or(hp.n_embd_head);
+    if (file.find_u32(p + "attention.value_length").value_or(hp.n_embd_head) != hp.n_embd_head) {
+        throw Error("attention.key_length != attention.value_length is not supported (" + file.path() + ")");
+    }
     hp.rope_mode = arch->rope_mode;
     hp.rope_freq_base = file.find_f32(p + "rope.freq_base").value_or(10000.0f);
     hp.rms_eps = file.find_f32(p + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+    hp.ffn_act = arch->ffn_act;
 
     const ggml_tensor * tok_embd = file.find_tensor("token_embd.weight");
     if (!tok_embd) {
@@ -68,14 +139,13 @@ HParams read_hparams(const GgufFile & file) {
     }
     hp.n_vocab = tok_embd->ne[1];
 
-    if (file.has_key(p + "rope.scaling.type")) {
-        const std::string scaling = file.get_str(p + "rope.scaling.type");
-        if (scaling != "none") {
-            throw Error("rope scaling '" + scaling + "' is not supported yet (" + file.path() + ")");
-        }
-    }
     if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_ff <= 0) {
         throw Error("invalid layer or embedding sizes in " + file.path());
+    }
+    read_rope_scaling(file, p, hp);
+    hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head));
+    if (arch->gemma) {
+        read_gemma(file, p, hp);
     }
     return hp;
 }

@@ -118,6 +118,8 @@ ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & 
         l.ffn_gate = b.bind(name("ffn_gate.weight"), {n_embd, n_ff});
         l.ffn_up = b.bind(name("ffn_up.weight"), {n_embd, n_ff});
         l.ffn_down = b.bind(name("ffn_down.weight"), {n_ff, n_embd});
+        l.attn_post_norm = b.bind(name("post_attention_norm.weight"), {n_embd}, hp.post_norms);
+        l.ffn_post_norm = b.bind(name("post_ffw_norm.weight"), {n_embd}, hp.post_norms);
     }
     return w;
 }

@@ -24,8 +24,10 @@ struct LayerWeights {
     ggml_tensor * bq = nullptr;       // qwen2
     ggml_tensor * bk = nullptr;
     ggml_tensor * bv = nullptr;
-    ggml_tensor * q_norm = nullptr;   // qwen3
+    ggml_tensor * q_norm = nullptr;   // qwen3, gemma3
     ggml_tensor * k_norm = nullptr;
+    ggml_tensor * attn_post_norm = nullptr;   // gemma3
+    ggml_tensor * ffn_post_norm = nullptr;
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;

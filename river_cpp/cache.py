@@ -31,3 +31,10 @@ def file_identity(path: Path) -> dict:
     with open(path, "rb") as f:
         head_sha256 = hashlib.sha256(f.read(_IDENTITY_HASH_BYTES)).hexdigest()
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head_sha256": head_sha256}
+
+
+def models_dir() -> Path:
+    """Where scripts/fetch_models.py keeps the real models it assembles
+    ($RIVER_MODELS_DIR, else <cache_dir>/models); not created here."""
+    explicit = os.environ.get("RIVER_MODELS_DIR")
+    return Path(explicit) if explicit else cache_dir() / "models"

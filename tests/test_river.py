@@ -9,11 +9,10 @@ import gguf
 import numpy as np
 import pytest
 from hybrid import write_hybrid_gguf
-from llama_run import llama_logits_and_greedy
+from llama_run import llama_run
 from reference_llama import ReferenceLlama
 
 from river_cpp import RiverError, RiverModel
-from river_cpp.evaluate import greedy_tokens
 from river_cpp.policy import ExitPolicy
 
 PROMPT = "The old lighthouse keeper"
@@ -31,34 +30,58 @@ def test_never_equals_backbone_without_river(tiny_llama4):
         np.testing.assert_array_equal(plain.forward([42]), river.forward([42]))
 
 
-@pytest.mark.parametrize("k", [0, 1, 2])
-def test_static_split_equals_llama_cpp_hybrid(tiny_llama4, tmp_path, k):
-    with RiverModel(tiny_llama4, river="q4_0", policy=ExitPolicy.at_layer(k), n_ctx=128) as model:
+# every split of the 4-layer llama; for the other families k = 1, where one token's
+# layers come from both weight sets
+SPLITS = [("tiny_llama4", k) for k in (0, 1, 2)] + [
+    (family, 1) for family in ("tiny_qwen2", "tiny_qwen3", "tiny_llama3", "tiny_mistral", "tiny_gemma3")
+]
+
+
+@pytest.mark.parametrize("fixture, k", SPLITS)
+def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
+    backbone = request.getfixturevalue(fixture)
+    with RiverModel(backbone, river="q4_0", policy=ExitPolicy.at_layer(k), n_ctx=128) as model:
         ids = model.tokenize(PROMPT)
         ours = model.forward(ids)
         assert list(model.last_exit_layers) == [k] * len(ids)
-        ours_greedy = greedy_tokens(model, ids, 32)
-        hybrid = write_hybrid_gguf(tiny_llama4, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
-    theirs, theirs_greedy = llama_logits_and_greedy(hybrid, ids, 32)
-    assert np.abs(ours - theirs).max() < 5e-2
-    assert ours_greedy == theirs_greedy
+        hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
+        theirs = llama_run(hybrid, ids, 32)
+        # decode along llama.cpp's greedy path, one token per step
+        decode = [ours[-1]] + [model.forward([t], last_only=True)[0] for t in theirs.greedy[:-1]]
+        assert set(model.last_exit_layers) == {k}
+    assert np.abs(ours - theirs.logits).max() < 5e-2
+    # Once the cache holds a few positions, llama.cpp's attention sums in another
+    # order (~0.01 in F16/F32 logits), and 4-bit matmuls, which requantize their
+    # input, amplify that to up to ~0.6. A wrong route or cache is off by 3-25 here.
+    assert np.abs(np.stack(decode) - theirs.decode_logits).max() < 1.0
+    decided = theirs.decided(noise=1.0)
+    assert decided.sum() >= 8
+    assert (np.stack(decode).argmax(-1) == theirs.greedy)[decided].all()
 
 
-def test_static_split_demo_backbone(demo_backbone, tmp_path, monkeypatch):
-    monkeypatch.delenv("RIVER_CPP_CACHE_DIR")  # the demo river lives in the user cache
-    with RiverModel(demo_backbone, policy=ExitPolicy.at_layer(15), n_ctx=256, n_threads=2,
-                    progress=False) as model:
+@pytest.mark.parametrize("fixture, k", [("demo_backbone", 15), ("qwen05_backbone", 12), ("gemma270_backbone", 9)])
+def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
+    monkeypatch.delenv("RIVER_CPP_CACHE_DIR")  # real rivers live in the user cache
+    backbone = request.getfixturevalue(fixture)
+    with RiverModel(backbone, policy=ExitPolicy.at_layer(k), n_ctx=256, n_threads=2, progress=False) as model:
         ids = model.tokenize(PROMPT)
         ours = model.forward(ids)
-        ours_greedy = greedy_tokens(model, ids, 48)
-        hybrid = write_hybrid_gguf(demo_backbone, model.river_path, 15, tmp_path / "hybrid15.gguf")
-    theirs, theirs_greedy = llama_logits_and_greedy(hybrid, ids, 48)
+        hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
+        theirs = llama_run(hybrid, ids, 32)
+        decode = np.stack([ours[-1]] + [model.forward([t], last_only=True)[0] for t in theirs.greedy[:-1]])
+        model.policy = ExitPolicy.never()
+        model.reset()
+        route_gap = np.abs(model.forward(ids) - theirs.logits).max()
     # llama.cpp's own batched and one-token evaluations of 4-bit weights differ by up
-    # to ~0.8 in logits on this model (accumulation order); a wrong route or cache
-    # differs by several units.
-    assert np.abs(ours - theirs).max() < 1.0
-    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
-    assert ours_greedy == theirs_greedy
+    # to ~0.8 in logits on the demo model (accumulation order); a wrong route or cache
+    # differs by several units, as the backbone itself does (route_gap).
+    tolerance = 1.0
+    assert route_gap > 3 * tolerance
+    assert np.abs(ours - theirs.logits).max() < tolerance
+    assert np.abs(decode - theirs.decode_logits).max() < tolerance
+    decided = theirs.decided(noise=tolerance)
+    assert decided.sum() >= 8
+    assert (decode.argmax(-1) == theirs.greedy)[decided].all()
 
 
 def test_mixed_exits_fill_cache_with_each_tokens_weights(tiny_llama4):
