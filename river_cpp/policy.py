@@ -15,13 +15,16 @@ size of the block's update, also 1 for "did nothing").
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 NEVER = math.inf
 ALWAYS = -math.inf
 SIGNALS = ("cosine", "update_norm")
+FILE_FORMAT = "river-cpp-policy/1"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,39 @@ class ExitPolicy:
             raise ValueError(f"max_layer ({max_layer}) must be >= min_layer ({min_layer})")
         return cls((NEVER,) * min_layer + (float(tau),) * (max_layer - min_layer + 1), signal=signal)
 
+    def to_json(self, **about: Any) -> str:
+        """The policy as JSON (infinite thresholds as "inf" / "-inf"); `about` records
+        where it came from (model, target, measured quality) and is ignored on load."""
+        return json.dumps({"format": FILE_FORMAT, "signal": self.signal,
+                           "thresholds": [_encode(t) for t in self.thresholds], "beyond": _encode(self.beyond),
+                           "about": about}, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "ExitPolicy":
+        """The policy of to_json's output; ValueError names what is wrong with other text."""
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"not a river-cpp policy (invalid JSON: {error})") from None
+        if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
+            raise ValueError(f"not a river-cpp policy (expected \"format\": \"{FILE_FORMAT}\")")
+        thresholds = data.get("thresholds")
+        if not isinstance(thresholds, list):
+            raise ValueError("a river-cpp policy needs a list of thresholds")
+        return cls(tuple(_decode(t) for t in thresholds), _decode(data.get("beyond", "inf")),
+                   data.get("signal", "cosine"))
+
+    def save(self, path: Union[str, os.PathLike], **about: Any) -> None:
+        """Write to_json(**about) to `path`."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json(**about))
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "ExitPolicy":
+        """The policy saved at `path` (by save or `river-cpp calibrate`)."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(f.read())
+
     def resolve(self, n_layer: int) -> list[float]:
         """The n_layer thresholds this policy means for a model of n_layer layers.
 
@@ -88,3 +124,16 @@ class ExitPolicy:
 def _check_depth(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _encode(threshold: float) -> Union[float, str]:
+    return threshold if math.isfinite(threshold) else ("inf" if threshold > 0 else "-inf")
+
+
+def _decode(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"a threshold must be a number, \"inf\" or \"-inf\", got {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"a threshold must be a number, \"inf\" or \"-inf\", got {value!r}") from None

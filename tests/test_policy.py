@@ -60,3 +60,21 @@ def test_signal_is_part_of_the_policy():
     assert ExitPolicy.uniform(0.9, signal="update_norm").signal == "update_norm"
     with pytest.raises(ValueError, match="signal"):
         ExitPolicy.uniform(0.9, signal="entropy")
+
+
+def test_policy_file_round_trip(tmp_path):
+    policy = ExitPolicy((math.inf, math.inf, 0.97, -math.inf, 0.995), beyond=0.99, signal="update_norm")
+    path = tmp_path / "policy.json"
+    policy.save(path, model="m.gguf", held_out_top1=0.97)
+    assert ExitPolicy.load(path) == policy
+    assert '"inf"' in path.read_text()
+
+
+@pytest.mark.parametrize("text, message", [("{", "invalid JSON"), ("[]", "format"),
+                                           ('{"format": "river-cpp-policy/1"}', "list of thresholds"),
+                                           ('{"format": "river-cpp-policy/1", "thresholds": ["high"]}', "threshold"),
+                                           ('{"format": "river-cpp-policy/1", "thresholds": [], "signal": "x"}',
+                                            "signal")])
+def test_bad_policy_files(text, message):
+    with pytest.raises(ValueError, match=message):
+        ExitPolicy.from_json(text)
