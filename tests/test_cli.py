@@ -89,9 +89,18 @@ def test_eval_can_measure_the_speeds_it_plots(tiny_llama4, tmp_path, capsys):
     png = tmp_path / "pareto.png"
     assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "F16", "--plot", str(png),
                  "--measure-speed"]) == 0
-    bench_table = capsys.readouterr().out.split("the signal")[-1]
+    bench_table = capsys.readouterr().out.split("| configuration |")[0]  # printed before eval's own table
     assert "| river tau=0.75 |" in bench_table and "tg128" in bench_table and "| llama.cpp F16 |" in bench_table
     assert png.is_file()
+
+
+def test_eval_from_json_reprints_saved_results(tiny_llama4, tmp_path, capsys):
+    saved = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "none", "--json", str(saved)]) == 0
+    first = capsys.readouterr().out
+    assert main(["eval", "--from-json", str(saved)]) == 0
+    again = capsys.readouterr().out
+    assert again.strip() and again.strip() in first
 
 
 @pytest.mark.parametrize("options, message", [
