@@ -89,6 +89,8 @@ def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = 
                     Entry(with_last_layers(full_river(river), n_layer, n_last, MIXED_TYPE), FULL_RIVER)]
     if "head" in variants:
         entries.append(Entry(with_head(at_tau, HEAD_TYPE), VARIANT))
+        if "backbone_prompt" in variants:  # the river decode at the bytes of llama.cpp's own head
+            entries.append(Entry(with_head(decode_on_river(river), HEAD_TYPE), VARIANT))
     names = [e.config.name for e in entries]
     return [e for i, e in enumerate(entries) if e.config.name not in names[:i]]  # a tau listed twice runs once
 

@@ -34,12 +34,14 @@ def test_plan_orders_and_names_every_configuration():
         "river tau=0.97", "river tau=0.98", "river tau=0.8 update_norm", "backbone prompt, river decode q4_0",
         "full river q4_0", "river tau=0.98 iq4_nl", "full river iq4_nl", "river tau=0.98 q8_0", "full river q8_0",
         "river tau=0.98 last 4 q8_0", "full river q4_0 last 4 q8_0", "river tau=0.98 head q8_0",
+        "backbone prompt, river decode q4_0 head q8_0",
     ]
     assert [e.controls for e in entries[:3]] == [True] * 3 and not any(e.controls for e in entries[3:])
     assert entries[2].group == sweep_group("update_norm") != entries[0].group
     assert entries[2].config.policy.signal == "update_norm"
     assert dict(entries[9].config.river_types) == {26: "q8_0", 27: "q8_0", 28: "q8_0", 29: "q8_0"}
-    assert entries[11].config.river_head == "q8_0"
+    assert entries[11].config.river_head == entries[12].config.river_head == "q8_0"
+    assert entries[12].config.prefill == "backbone"
     assert [e.config.name for e in plan(30, taus=[0.9], signal_taus=[0.8], variants=[])] == [
         "river tau=0.9", "full river q4_0"]
     # the variants' own baseline when the sweep lacks it; a model shorter than the mixed tail
