@@ -34,8 +34,8 @@ How it measures
   maps the backbone for its embedding and output head).
 - peak RSS: measured apart from the speed runs, since one process's high-water mark
   cannot be split between the models it holds. Each configuration is loaded alone in a
-  fresh Python process that runs each test once; its peak resident set size (ru_maxrss)
-  is reported. It includes the interpreter and libraries (rss_baseline_bytes: the same
+  fresh Python process that runs each test once; its peak resident set size (VmHWM on
+  Linux, ru_maxrss elsewhere) is reported. It includes the interpreter and libraries (rss_baseline_bytes: the same
   process's mark before loading the model) and the mapped weight pages it touched.
 
 JSON (BenchReport.to_json)
