@@ -300,7 +300,7 @@ class ConfigResult:
     engine: str
     problems: list[ProblemResult] = field(default_factory=list)
     n_layer: Optional[int] = None
-    exit_layer_sum: int = 0   # over every forward that chose a token, for a token-weighted mean
+    exit_layer_sum: float = 0.0   # over every forward that chose a token, for a token-weighted mean
     exit_layer_count: int = 0
 
     @property
@@ -324,6 +324,7 @@ class ConfigResult:
     def to_dict(self) -> dict:
         return {"name": self.name, "engine": self.engine, "passed": self.n_passed, "total": self.total,
                 "pass_at_1": self.pass_at_1, "mean_exit_layer": self.mean_exit_layer, "n_layer": self.n_layer,
+                "n_exit_records": self.exit_layer_count,
                 "problems": [asdict(p) for p in self.problems]}
 
 
@@ -344,6 +345,29 @@ class HumanEvalReport:
                            "stops": list(STOP_SEQUENCES), "configs": [c.to_dict() for c in self.configs]},
                           indent=2) + "\n"
 
+    @classmethod
+    def from_json(cls, text: str) -> "HumanEvalReport":
+        """The report of to_json's output (e.g. to reprint its table or merge runs)."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
+            raise ValueError(f"not a river-cpp HumanEval report (expected \"format\": \"{FILE_FORMAT}\")")
+        report = cls(data["model"], list(data["task_ids"]), int(data["max_tokens"]), float(data["timeout"]),
+                     data.get("n_threads"))
+        for c in data["configs"]:
+            config = ConfigResult(c["name"], c["engine"], [ProblemResult(**p) for p in c["problems"]], c.get("n_layer"))
+            if c.get("mean_exit_layer") is not None:
+                count = c.get("n_exit_records")
+                # a sum of whole layer counts: rounding undoes the division's float error
+                config.exit_layer_sum = round(c["mean_exit_layer"] * count) if count else c["mean_exit_layer"]
+                config.exit_layer_count = count or 1
+            report.configs.append(config)
+        return report
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "HumanEvalReport":
+        """The report saved at `path`."""
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write to_json() to `path` (through a temporary file, so a reader never sees half of it)."""
         path = Path(path)
@@ -352,11 +376,25 @@ class HumanEvalReport:
         partial.replace(path)
 
     def table(self) -> str:
-        """A markdown table: configuration, passed / total, pass@1, mean exit layer."""
-        lines = ["| configuration | passed | pass@1 | mean exit layer |", "|---|---:|---:|---:|"]
+        """A markdown table: configuration, passed / total, pass@1, mean exit layer, and,
+        against the backbone row when there is one, problems passed only there (lost) or
+        only here (won) and completions identical to the backbone's: on a few dozen
+        problems, pass counts alone hide how much a configuration changed."""
+        reference = next((c for c in self.configs if c.name == "backbone"), None)
+        lines = ["| configuration | passed | pass@1 | mean exit layer | won / lost vs backbone | same completion |",
+                 "|---|---:|---:|---:|---:|---:|"]
         for c in self.configs:
             exit_layer = "" if c.mean_exit_layer is None else f"{c.mean_exit_layer:.1f} / {c.n_layer}"
-            lines.append(f"| {c.name} | {c.n_passed}/{c.total} | {100 * c.pass_at_1:.1f}% | {exit_layer} |")
+            paired = ["", ""]
+            if reference is not None and c is not reference:
+                base = {p.task_id: p for p in reference.problems}
+                pairs = [(base[p.task_id], p) for p in c.problems if p.task_id in base]
+                won = sum(p.passed and not b.passed for b, p in pairs)
+                lost = sum(b.passed and not p.passed for b, p in pairs)
+                same = sum(b.completion == p.completion for b, p in pairs)
+                paired = [f"+{won} / -{lost}", f"{same}/{len(pairs)}"]
+            lines.append(f"| {c.name} | {c.n_passed}/{c.total} | {100 * c.pass_at_1:.1f}% | {exit_layer} | "
+                         f"{paired[0]} | {paired[1]} |")
         return "\n".join(lines)
 
 

@@ -199,3 +199,26 @@ def test_an_end_to_end_run_writes_valid_json(tiny_llama4, river_cache, tmp_path,
         [p["completion"] for p in by_name["llama.cpp F16"]["problems"]]
     table = capsys.readouterr().out
     assert "| river tau=0.5 |" in table and "/2 |" in table
+    reloaded = he.HumanEvalReport.load(out)
+    assert reloaded.table() in table and json.loads(reloaded.to_json()) == report
+
+
+def test_a_file_that_is_not_a_report_is_refused():
+    with pytest.raises(ValueError, match="not a river-cpp HumanEval report"):
+        he.HumanEvalReport.from_json('{"format": "river-cpp-policy/1"}')
+
+
+def test_the_table_pairs_each_row_with_the_backbone():
+    def config(name: str, outcomes: list[tuple[str, bool, str]]) -> he.ConfigResult:
+        return he.ConfigResult(name, "river-cpp", [he.ProblemResult(task, ok, "passed" if ok else "failed", text, 3, 0.1)
+                                                   for task, ok, text in outcomes], n_layer=24)
+
+    report = he.HumanEvalReport("m.gguf", ["HumanEval/0", "HumanEval/4", "HumanEval/8"], 8, 1.0, 1)
+    report.configs = [
+        config("backbone", [("HumanEval/0", True, "a"), ("HumanEval/4", False, "b"), ("HumanEval/8", True, "c")]),
+        config("river", [("HumanEval/0", False, "x"), ("HumanEval/4", True, "y"), ("HumanEval/8", True, "c")]),
+    ]
+    report.configs[1].exit_layer_sum, report.configs[1].exit_layer_count = 30, 4
+    rows = report.table().splitlines()
+    assert rows[2] == "| backbone | 2/3 | 66.7% |  |  |  |"
+    assert rows[3] == "| river | 2/3 | 66.7% | 7.5 / 24 | +1 / -1 | 1/3 |"
