@@ -13,6 +13,7 @@ import pytest
 
 from river_cpp import humaneval as he
 from river_cpp.cli import main
+from river_cpp.policy import ExitPolicy
 
 ADD = he.Problem(
     "HumanEval/900", 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n', "add",
@@ -176,14 +177,16 @@ FAKE_PROBLEMS = [
 def test_an_end_to_end_run_writes_valid_json(tiny_llama4, river_cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(he, "load_problems", lambda: list(FAKE_PROBLEMS))
     out = tmp_path / "humaneval.json"
-    status = main(["humaneval", "-m", str(tiny_llama4), "--tau", "0.5", "--peers", "F16", "--problems", "2",
-                   "--max-tokens", "8", "-t", "1", "--json", str(out)])
+    policy = tmp_path / "calibrated.json"
+    ExitPolicy.uniform(0.7, min_layer=1).save(policy)
+    status = main(["humaneval", "-m", str(tiny_llama4), "--tau", "0.5", "--policy", str(policy), "--peers", "F16",
+                   "--problems", "2", "--max-tokens", "8", "-t", "1", "--json", str(out)])
     assert status == 0
     report = json.loads(out.read_text())
     assert report["format"] == he.FILE_FORMAT and report["task_ids"] == ["HumanEval/0", "HumanEval/1"]
     assert report["max_tokens"] == 8 and report["stops"] == list(he.STOP_SEQUENCES)
     by_name = {c["name"]: c for c in report["configs"]}
-    assert list(by_name) == ["backbone", "river tau=0.5", "llama.cpp F16"]
+    assert list(by_name) == ["backbone", "river tau=0.5", "river calibrated", "llama.cpp F16"]
     for config in by_name.values():
         statuses = [p["status"] for p in config["problems"]]
         assert [p["task_id"] for p in config["problems"]] == report["task_ids"]
@@ -191,8 +194,8 @@ def test_an_end_to_end_run_writes_valid_json(tiny_llama4, river_cache, tmp_path,
         assert statuses[1] == "failed" and config["passed"] == statuses.count("passed")
         assert config["pass_at_1"] == config["passed"] / 2 and config["total"] == 2
         assert all(1 <= p["n_tokens"] <= 8 for p in config["problems"])
-    river = by_name["river tau=0.5"]
-    assert river["n_layer"] == 4 and 0 <= river["mean_exit_layer"] <= 4
+    for name in ("river tau=0.5", "river calibrated"):
+        assert by_name[name]["n_layer"] == 4 and 0 <= by_name[name]["mean_exit_layer"] <= 4
     assert by_name["backbone"]["mean_exit_layer"] is None and by_name["llama.cpp F16"]["mean_exit_layer"] is None
     # Greedy decoding of the same F16 weights by both engines, through the same tokenizer and stops.
     assert [p["completion"] for p in by_name["backbone"]["problems"]] == \
