@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -153,7 +154,10 @@ def run_program(program: str, *, timeout: float = DEFAULT_TIMEOUT) -> Execution:
             _, err = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(child)
-            child.communicate()
+            try:  # reap it; a process that left the group may still hold stderr open, so not forever
+                child.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
             return Execution("timed out", None, time.perf_counter() - start)
         finally:
             _kill_group(child)  # whatever the child left running in its group
@@ -165,7 +169,7 @@ def run_program(program: str, *, timeout: float = DEFAULT_TIMEOUT) -> Execution:
 def _kill_group(child: subprocess.Popen) -> None:
     try:
         if os.name == "posix":
-            os.killpg(child.pid, 9)  # the group's id is the child's pid (start_new_session)
+            os.killpg(child.pid, signal.SIGKILL)  # the group's id is the child's pid (start_new_session)
         else:
             child.kill()
     except (ProcessLookupError, PermissionError):
