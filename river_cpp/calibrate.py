@@ -90,11 +90,12 @@ def split_workloads(tokenizer: TextTokenizer, documents: Sequence[Document], *, 
         raise ValueError("tokens, prefix and forced must be positive integers")
     n_chunks = -(-tokens // forced)
     works = []
-    for documents_part in split_corpus(documents):
+    for half, documents_part in zip(("calibration", "held-out"), split_corpus(documents)):
         chunks = token_chunks(tokenizer, documents_part, length=prefix + forced + 1, n_chunks=n_chunks)
-        work = Workload(chunks, prefix, [], 1)
-        work.check()
-        works.append(work)
+        if not chunks:
+            raise ValueError(f"the {half} half of the corpus (split by document) is shorter than one "
+                             f"{prefix + forced + 1}-token chunk: give more or longer documents")
+        works.append(Workload(chunks, prefix, [], 1))
     return works[0], works[1]
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from river_cpp import RiverError, RiverModel
+from river_cpp.model import DEFAULT_PREFILL
 from river_cpp.policy import ExitPolicy
+from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE
 
 # river_cpp.demo and river_cpp.convert are imported by the subcommands that use
 # them: they read and write whole GGUF files with gguf-py, which generating never needs.
@@ -65,20 +67,23 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
         "--stop", action="append", default=[], metavar="TEXT", help="stop before TEXT (repeatable)"
     )
     river = p.add_argument_group("river (early exit)")
-    river.add_argument("--river", default="q4_0", metavar="TYPE|PATH|none",
+    river.add_argument("--river", default=DEFAULT_RIVER_TYPE, metavar="TYPE|PATH|none",
                        help="river type to build (q4_0, q4_k, iq4_nl, q5_k, q6_k, q8_0), a river GGUF, "
-                            "or none for the backbone alone (default q4_0)")
+                            f"or none for the backbone alone (default {DEFAULT_RIVER_TYPE})")
     exits = river.add_mutually_exclusive_group()
     exits.add_argument("--tau", type=float, help="exit when the block similarity exceeds TAU (near 1, e.g. 0.99)")
-    exits.add_argument("--exit-layer", type=int, metavar="K", help="every token runs exactly K backbone layers")
+    exits.add_argument("--exit-layer", type=int, metavar="K",
+                       help="every token runs exactly K backbone layers (default 0: decode on the river)")
     exits.add_argument("--policy", metavar="FILE", help="exit thresholds saved by `river-cpp calibrate`")
     river.add_argument("--min-layer", type=int, default=2, metavar="N",
                        help="with --tau: run at least N backbone layers (default 2)")
-    river.add_argument("--prefill", choices=["exit", "backbone"], default="exit",
-                       help="exit: the prompt exits too (default); backbone: full-precision prompt")
+    river.add_argument("--prefill", choices=["exit", "backbone"], default=DEFAULT_PREFILL,
+                       help="backbone: full-precision prompt (default); exit: the prompt exits too")
     river.add_argument("--tail-layers", type=int, default=0, metavar="M",
                        help="exited tokens run the last M layers on the backbone")
-    river.add_argument("--river-head", action="store_true", help="exited tokens use a low-bit LM head")
+    river.add_argument("--river-head", default=None, metavar="TYPE|river|backbone",
+                       help=f"LM head of exited tokens: a type, the river's own, or the backbone's "
+                            f"(default: {DEFAULT_HEAD_TYPE} for a built river, a river file's own)")
     p.set_defaults(run=_generate)
 
 
@@ -92,12 +97,17 @@ def _policy(args: argparse.Namespace) -> Optional[ExitPolicy]:
     return None  # the model's default
 
 
+def _river_head(value: Optional[str]) -> Union[bool, str, None]:
+    """--river-head's value as RiverModel's river_head."""
+    return {None: None, "river": True, "backbone": False}.get(value if value is None else value.lower(), value)
+
+
 def _generate(args: argparse.Namespace) -> int:
     model_path = args.model if args.model is not None else _demo_backbone_path()
     river = None if args.river.lower() == "none" else args.river
     with RiverModel(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed, river=river,
                     policy=_policy(args), prefill=args.prefill, tail_layers=args.tail_layers,
-                    river_head=args.river_head) as model:
+                    river_head=_river_head(args.river_head)) as model:
         prompt = args.prompt
         if args.chat:
             prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
@@ -137,7 +147,7 @@ def _demo_backbone_path() -> str:
 def _add_build_river(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("build-river", help="quantize a backbone into its river GGUF")
     p.add_argument("model", metavar="MODEL", help="backbone GGUF file")
-    p.add_argument("--type", default="q4_0", help="river type (default q4_0)")
+    p.add_argument("--type", default=DEFAULT_RIVER_TYPE, help=f"river type (default {DEFAULT_RIVER_TYPE})")
     p.add_argument("--output", "-o", metavar="PATH", help="where to write it (default: the river cache)")
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.set_defaults(run=_build_river)
@@ -152,7 +162,7 @@ def _build_river(args: argparse.Namespace) -> int:
         with RiverModel(args.model, river=args.type, n_threads=args.threads, n_ctx=16) as model:
             written = model.river_path
     else:
-        spec = RiverSpec(default_type=args.type, head_type=args.type)
+        spec = RiverSpec(default_type=args.type, head_type=DEFAULT_HEAD_TYPE)
         with RiverModel(args.model, river=None, n_threads=args.threads, n_ctx=16) as model:
             written = build_river(model.engine, Path(args.model), spec, Path(args.output), n_threads=model.n_threads)
     print(f"river-cpp: river at {written}", file=sys.stderr)

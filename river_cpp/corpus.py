@@ -97,7 +97,8 @@ def text_files(paths: Sequence[Union[str, os.PathLike]]) -> list[Document]:
     for path in map(Path, paths):
         if not path.is_file():
             raise FileNotFoundError(f"corpus file not found: {path}")
-        documents.append(Document(str(path), path.read_text(encoding="utf-8", errors="replace"), "files"))
+        # named by file name, so a file keeps its side of split_corpus wherever it lives
+        documents.append(Document(path.name, path.read_text(encoding="utf-8", errors="replace"), "files"))
     return documents
 
 

@@ -16,14 +16,26 @@ from river_cpp import _core
 from river_cpp._ggml import set_ggml_verbosity
 from river_cpp.exit_stats import ExitStats
 from river_cpp.policy import ExitPolicy
-from river_cpp.river import DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
+from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
 from river_cpp.tokenizer import Tokenizer
 
 DEFAULT_N_BATCH = 512
 # Chosen from the tau sweep on the demo model (README: "Choosing tau").
-DEFAULT_TAU = 0.99
-DEFAULT_MIN_LAYER = 2
 PREFILL_MODES = ("exit", "backbone")
+DEFAULT_PREFILL = "backbone"
+
+
+def _default_head(river: Union[str, os.PathLike, None]) -> Union[bool, str]:
+    """river_head=None: no low-bit head without a river, a given river file's own head,
+    a DEFAULT_HEAD_TYPE head for a river built here."""
+    if river is None:
+        return False
+    return True if _is_river_file(os.fspath(river)) else DEFAULT_HEAD_TYPE
+
+
+def _is_river_file(river: str) -> bool:
+    """Whether `river` names a river file rather than a type to build."""
+    return os.path.exists(river) or river.endswith(".gguf")
 
 
 def default_n_threads() -> int:
@@ -58,9 +70,9 @@ class RiverModel:
         river: Union[str, os.PathLike, None] = DEFAULT_RIVER_TYPE,
         river_types: Optional[Mapping[int, str]] = None,
         policy: Optional[ExitPolicy] = None,
-        prefill: str = "exit",
+        prefill: str = DEFAULT_PREFILL,
         tail_layers: int = 0,
-        river_head: Union[bool, str] = False,
+        river_head: Union[bool, str, None] = None,
         progress: bool = True,
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
@@ -69,13 +81,16 @@ class RiverModel:
             build (once, cached) a river of that type from the backbone; or the path
             of a river GGUF made for this backbone; or None for the backbone alone.
         river_types: per-layer overrides of the river type, e.g. {28: "q8_0", 29: "q8_0"}.
-        policy: when tokens leave the backbone (default: ExitPolicy.uniform(DEFAULT_TAU,
-            min_layer=DEFAULT_MIN_LAYER) with a river, never without).
-        prefill: "exit" (the prompt exits at one depth, as decode tokens do) or
-            "backbone" (the prompt always runs the full backbone: full-precision KV).
+        policy: when tokens leave the backbone (default: ExitPolicy.at_layer(0) with a
+            river, so every decoded token runs on it; never without). With the default
+            prefill the prompt still runs the full backbone.
+        prefill: "backbone" (default: the prompt always runs the full backbone, so its
+            KV cache is full precision) or "exit" (the prompt exits at one depth, as
+            decode tokens do).
         tail_layers: exited tokens return to the backbone for the last m layers.
-        river_head: exited tokens use the river's low-bit LM head: True for one of the
-            river's type, or a type name (e.g. "q8_0") for a head of that type.
+        river_head: the LM head of exited tokens. None (default): a Q8_0 head built
+            with the river, or a given river file's own head; False: the backbone's;
+            True: a head of the river's type; a type name (e.g. "q8_0"): that type.
         """
         if prefill not in PREFILL_MODES:
             raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
@@ -100,12 +115,14 @@ class RiverModel:
         self.river_path: Optional[Path] = None
         if tail_layers > self.n_layer:
             raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {tail_layers}")
+        if river_head is None:
+            river_head = _default_head(river)
         self._load_river(river, river_types, river_head, progress)
         self.prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
         if policy is None:
-            policy = ExitPolicy.uniform(DEFAULT_TAU, min_layer=DEFAULT_MIN_LAYER) if self.has_river else ExitPolicy.never()
+            policy = ExitPolicy.at_layer(0) if self.has_river else ExitPolicy.never()
         self.policy = policy
 
     def _load_river(self, river: Union[str, os.PathLike, None], river_types: Optional[Mapping[int, str]],
@@ -116,7 +133,7 @@ class RiverModel:
                 raise ValueError("river_types and river_head need a river")
             return
         river = os.fspath(river)
-        if os.path.exists(river) or river.endswith(".gguf"):
+        if _is_river_file(river):
             if river_types or head_type:
                 raise ValueError("river_types and a river_head type apply to built rivers, not to a given river file")
             if not os.path.isfile(river):

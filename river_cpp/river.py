@@ -17,7 +17,11 @@ from typing import Mapping, Optional
 from river_cpp import _core
 from river_cpp.cache import cache_dir, file_identity
 
-DEFAULT_RIVER_TYPE = "q4_0"
+# The defaults a RiverModel starts from, chosen by `river-cpp eval` on the demo model
+# (docs/results.md): a Q8_0 river with a Q8_0 head, decoding every token after a
+# backbone prompt, was the one River configuration beyond llama.cpp's ladder.
+DEFAULT_RIVER_TYPE = "q8_0"
+DEFAULT_HEAD_TYPE = "q8_0"
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,7 @@ class RiverSpec:
 
     default_type: str = DEFAULT_RIVER_TYPE
     layer_types: Mapping[int, str] = field(default_factory=dict)
-    head_type: str = DEFAULT_RIVER_TYPE
+    head_type: str = DEFAULT_HEAD_TYPE
 
     def __post_init__(self) -> None:
         # Canonical ggml names; raises RiverError for unknown or imatrix-only types.

@@ -84,12 +84,12 @@ def test_calibrated_policy_meets_its_target_on_the_calibration_set(tiny_llama4, 
 
 
 def test_calibrate_command_writes_a_policy_generate_accepts(tiny_llama4, tmp_path, capsys):
-    corpus = tmp_path / "corpus.txt"
+    corpus = tmp_path / "one.txt"   # one.txt and two.txt fall on different sides of the split
     corpus.write_text("A river carries water from the hills to the sea. " * 40)
-    (tmp_path / "second.txt").write_text("Boats float on the river and fish swim below them. " * 40)
+    (tmp_path / "two.txt").write_text("Boats float on the river and fish swim below them. " * 40)
     policy = tmp_path / "policy.json"
     argv = ["calibrate", "-m", str(tiny_llama4), "--target-top1", "0.8", "--corpus", str(corpus),
-            str(tmp_path / "second.txt"), "--tokens", "64", "--steps", "2", "--min-layer", "1", "-o", str(policy)]
+            str(tmp_path / "two.txt"), "--tokens", "64", "--steps", "2", "--min-layer", "1", "-o", str(policy)]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "held out" in out and "| uniform |" in out

@@ -48,7 +48,7 @@ def test_default_corpus_has_every_source():
 def test_load_corpus_reads_files_instead_of_the_default(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("hello corpus", encoding="utf-8")
-    assert load_corpus([path]) == [Document(str(path), "hello corpus", "files")]
+    assert load_corpus([path]) == [Document("notes.txt", "hello corpus", "files")]
     with pytest.raises(FileNotFoundError):
         text_files([tmp_path / "missing.txt"])
 
