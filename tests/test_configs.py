@@ -6,6 +6,7 @@ import gguf
 import numpy as np
 import pytest
 
+from routes import PAPER_RIVER
 from river_cpp import ExitPolicy, RiverModel
 from river_cpp.configs import (RiverConfig, decode_on_river, full_river, river_at_tau, with_head,
                                with_last_layers)
@@ -21,8 +22,9 @@ def test_river_head_of_its_own_type(tiny_llama4):
     config = with_head(RiverConfig("at 1", ExitPolicy.at_layer(1)), "q8_0")
     assert config.name == "at 1 head q8_0" and config.river_head == "q8_0"
     with config.load(tiny_llama4, n_ctx=32) as q8_head, \
-            RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(1), river_head=True, n_ctx=32) as q4_head, \
-            RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(1), n_ctx=32) as backbone_head:
+            RiverModel(tiny_llama4, **{**PAPER_RIVER, "river_head": True}, policy=ExitPolicy.at_layer(1),
+                       n_ctx=32) as q4_head, \
+            RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.at_layer(1), n_ctx=32) as backbone_head:
         types = _types(q8_head.river_path)
         assert types["output.weight"] == "Q8_0" and types["blk.1.ffn_up.weight"] == "Q4_0"
         assert _types(q4_head.river_path)["output.weight"] == "Q4_0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from routes import PAPER_RIVER
 from river_cpp import ExitPolicy, ExitStats, RiverModel
 from river_cpp.evaluate import (KL_PERCENTILES, Positions, QualityReport, backbone_reference, greedy_tokens,
                                 kl_divergence, teacher_forced, tokens_until_divergence)
@@ -101,7 +102,7 @@ def test_tokens_until_divergence():
 
 
 def test_teacher_forced_backbone_against_itself(tiny_llama4, river_cache):
-    with RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(2), n_ctx=64) as model:
+    with RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.at_layer(2), n_ctx=64) as model:
         prompt = model.tokenize("Hello there")
         continuation, reference = backbone_reference(model, prompt, 8)
         assert model.policy == ExitPolicy.at_layer(2)  # restored
@@ -113,7 +114,7 @@ def test_teacher_forced_backbone_against_itself(tiny_llama4, river_cache):
 
 
 def test_greedy_tokens_before_step_sets_each_steps_policy(tiny_llama4, river_cache):
-    with RiverModel(tiny_llama4, policy=ExitPolicy.never(), n_ctx=64) as model:
+    with RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.never(), n_ctx=64) as model:
         prompt = model.tokenize("Hello there")
         seen, exits = [], []
 

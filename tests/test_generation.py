@@ -14,6 +14,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from routes import PAPER_RIVER
 from river_cpp import RiverModel
 from river_cpp.generation import GenerationStream, generate, generate_step
 from river_cpp.sampling import Sampler, SamplingParams
@@ -266,7 +267,7 @@ def test_end_of_generation_token_ends_without_text():
 def test_generation_records_each_tokens_exit_layer(tiny_llama4, river_cache):
     from river_cpp import ExitPolicy, RiverModel
 
-    with RiverModel(tiny_llama4, policy=ExitPolicy.at_layer(1), n_ctx=64) as model:
+    with RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.at_layer(1), n_ctx=64) as model:
         result = model.generate("Hello there", max_tokens=6)
         assert result.exit_layers == [1] * len(result.token_ids)
         stats = result.exit_stats

@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 
 import gguf
-
 import numpy as np
 import pytest
 from hybrid import write_hybrid_gguf
 from llama_run import llama_run
 from reference_llama import ReferenceLlama
+from routes import PAPER_RIVER
 
 from river_cpp import RiverError, RiverModel
 from river_cpp.policy import ExitPolicy
@@ -40,7 +40,7 @@ SPLITS = [("tiny_llama4", k) for k in (0, 1, 2)] + [
 @pytest.mark.parametrize("fixture, k", SPLITS)
 def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
     backbone = request.getfixturevalue(fixture)
-    with RiverModel(backbone, river="q4_0", policy=ExitPolicy.at_layer(k), n_ctx=128) as model:
+    with RiverModel(backbone, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=128) as model:
         ids = model.tokenize(PROMPT)
         ours = model.forward(ids)
         assert list(model.last_exit_layers) == [k] * len(ids)
@@ -63,7 +63,8 @@ def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
 def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR")  # real rivers live in the user cache
     backbone = request.getfixturevalue(fixture)
-    with RiverModel(backbone, policy=ExitPolicy.at_layer(k), n_ctx=256, n_threads=2, progress=False) as model:
+    with RiverModel(backbone, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=256, n_threads=2,
+                    progress=False) as model:
         ids = model.tokenize(PROMPT)
         ours = model.forward(ids)
         hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
@@ -87,7 +88,7 @@ def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
 def test_mixed_exits_fill_cache_with_each_tokens_weights(tiny_llama4):
     """Every (position, layer) slot holds the K/V of the weight set that token used."""
     prompt_depth, decode_depths = 2, [0, 3, 1, 4, 2, 0, 4, 1]
-    with RiverModel(tiny_llama4, river="q4_0", n_ctx=64) as model:
+    with RiverModel(tiny_llama4, **PAPER_RIVER, n_ctx=64) as model:
         ids = model.tokenize(PROMPT)
         model.policy = ExitPolicy.at_layer(prompt_depth)
         model.forward(ids)
@@ -125,7 +126,7 @@ def test_similarity_exits_replay_as_forced_route(demo_backbone, monkeypatch):
     """Token-level exits chosen by similarity equal the same depths forced token by token."""
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR")
     kwargs = dict(n_ctx=256, n_threads=2, progress=False)
-    with RiverModel(demo_backbone, policy=ExitPolicy.uniform(0.97, min_layer=2), **kwargs) as model:
+    with RiverModel(demo_backbone, **PAPER_RIVER, policy=ExitPolicy.uniform(0.97, min_layer=2), **kwargs) as model:
         ids = model.tokenize(PROMPT)
         logits = model.forward(ids, last_only=True)
         exits = [int(model.last_exit_layers[-1])]
