@@ -404,7 +404,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise ValueError("--steps must be a positive integer")
     model_path = args.model if args.model is not None else _demo_backbone_path()
-    with RiverModel(model_path, river=args.river, n_threads=args.threads, n_ctx=512) as model:
+    # thresholds for River as eval and humaneval run it (RiverConfig): the prompt exits
+    # too and exited tokens keep the backbone's head, whatever RiverModel's defaults
+    with RiverModel(model_path, river=args.river, prefill="exit", river_head=False, n_threads=args.threads,
+                    n_ctx=512) as model:
         calibration, held_out = split_workloads(model.tokenizer, load_corpus(args.corpus), tokens=args.tokens)
         result = calibrate(model, calibration, target, held_out=held_out, signal=args.signal,
                            min_layer=args.min_layer, steps=args.steps,
@@ -421,8 +424,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"held out ({held.n_positions} positions): mean exit layer {result.held_out_mean_exit:.2f}, same top-1 "
           f"{held.same_top1:.4f}, mean KLD {held.mean_kl:.5f} ± {held.mean_kl_se:.5f}"
           f"{'' if target.met(held) else ' (misses the target on held-out text)'}")
-    chosen.policy.save(args.output, model=str(model_path), river=args.river, target=str(target),
-                       family=chosen.family, parameter=chosen.parameter,
+    chosen.policy.save(args.output, model=str(model_path), river=args.river, prefill="exit", head="backbone",
+                       target=str(target), family=chosen.family, parameter=chosen.parameter,
                        calibration={"mean_exit": chosen.mean_exit, "same_top1": chosen.report.same_top1,
                                     "mean_kl": chosen.report.mean_kl},
                        held_out={"mean_exit": result.held_out_mean_exit, "same_top1": held.same_top1,
