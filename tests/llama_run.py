@@ -21,6 +21,20 @@ class LlamaRun:
         top2 = np.sort(self.decode_logits, axis=-1)[:, -2:]
         return top2[:, 1] - top2[:, 0] > noise
 
+    def decode_along(self, model, prompt_logits: np.ndarray) -> np.ndarray:
+        """Our logits at llama.cpp's decode steps: the prompt's last row, then one
+        single-token forward of `model` (just past the prompt) per greedy token."""
+        steps = [model.forward([t], last_only=True)[0] for t in self.greedy[:-1]]
+        return np.stack([prompt_logits[-1]] + steps)
+
+    def assert_decode_matches(self, decode: np.ndarray, tolerance: float, min_decided: int) -> None:
+        """Our decode logits lie within `tolerance` of llama.cpp's, and pick its token
+        wherever that choice is not a near tie (at least `min_decided` such steps)."""
+        assert np.abs(decode - self.decode_logits).max() < tolerance
+        decided = self.decided(noise=tolerance)
+        assert decided.sum() >= min_decided
+        assert (decode.argmax(-1) == self.greedy)[decided].all()
+
 
 def llama_run(path, ids, n_tokens) -> LlamaRun:
     llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)

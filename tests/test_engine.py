@@ -43,14 +43,10 @@ def test_real_model_parity(fixture, request):
     theirs = llama_run(path, ids, 32)
     with RiverModel(path, river=None, n_ctx=256, n_threads=2) as model:
         ours = model.forward(ids)
-        decode = np.stack([ours[-1]] + [model.forward([t], last_only=True)[0] for t in theirs.greedy[:-1]])
+        decode = theirs.decode_along(model, ours)
     tolerance = 0.01 * np.abs(theirs.logits).max()
     assert np.abs(ours - theirs.logits).max() < tolerance
-    assert np.abs(decode - theirs.decode_logits).max() < tolerance
-    # where llama.cpp's choice is not a near tie, ours is the same
-    decided = theirs.decided(noise=tolerance)
-    assert decided.sum() >= 16
-    assert (decode.argmax(-1) == theirs.greedy)[decided].all()
+    theirs.assert_decode_matches(decode, tolerance, min_decided=16)
 
 
 def test_rewind_matches_fresh_run(tiny_llama4):

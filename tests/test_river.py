@@ -47,16 +47,13 @@ def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
         hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
         theirs = llama_run(hybrid, ids, 32)
         # decode along llama.cpp's greedy path, one token per step
-        decode = [ours[-1]] + [model.forward([t], last_only=True)[0] for t in theirs.greedy[:-1]]
+        decode = theirs.decode_along(model, ours)
         assert set(model.last_exit_layers) == {k}
     assert np.abs(ours - theirs.logits).max() < 5e-2
     # Once the cache holds a few positions, llama.cpp's attention sums in another
     # order (~0.01 in F16/F32 logits), and 4-bit matmuls, which requantize their
     # input, amplify that to up to ~0.6. A wrong route or cache is off by 3-25 here.
-    assert np.abs(np.stack(decode) - theirs.decode_logits).max() < 1.0
-    decided = theirs.decided(noise=1.0)
-    assert decided.sum() >= 8
-    assert (np.stack(decode).argmax(-1) == theirs.greedy)[decided].all()
+    theirs.assert_decode_matches(decode, 1.0, min_decided=8)
 
 
 @pytest.mark.parametrize("fixture, k", [("demo_backbone", 15), ("qwen05_backbone", 12), ("gemma270_backbone", 9)])
@@ -69,7 +66,7 @@ def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
         ours = model.forward(ids)
         hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
         theirs = llama_run(hybrid, ids, 32)
-        decode = np.stack([ours[-1]] + [model.forward([t], last_only=True)[0] for t in theirs.greedy[:-1]])
+        decode = theirs.decode_along(model, ours)
         model.policy = ExitPolicy.never()
         model.reset()
         route_gap = np.abs(model.forward(ids) - theirs.logits).max()
@@ -79,10 +76,7 @@ def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
     tolerance = 1.0
     assert route_gap > 3 * tolerance
     assert np.abs(ours - theirs.logits).max() < tolerance
-    assert np.abs(decode - theirs.decode_logits).max() < tolerance
-    decided = theirs.decided(noise=tolerance)
-    assert decided.sum() >= 8
-    assert (decode.argmax(-1) == theirs.greedy)[decided].all()
+    theirs.assert_decode_matches(decode, tolerance, min_decided=8)
 
 
 def test_mixed_exits_fill_cache_with_each_tokens_weights(tiny_llama4):
