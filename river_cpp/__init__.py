@@ -10,6 +10,7 @@ from river_cpp.generation import GenerationChunk, GenerationResult  # noqa: E402
 from river_cpp.model import RiverModel  # noqa: E402
 from river_cpp.policy import ExitPolicy  # noqa: E402
 from river_cpp.sampling import SamplingParams  # noqa: E402
+from river_cpp.speculative import Speculative, SpeculativeStats  # noqa: E402
 
 __all__ = [
     "ExitPolicy",
@@ -19,5 +20,7 @@ __all__ = [
     "RiverError",
     "RiverModel",
     "SamplingParams",
+    "Speculative",
+    "SpeculativeStats",
 ]
 __version__ = "0.1.0"

@@ -3,7 +3,9 @@
 Owns the decode loop's policy: when to stop, how text is cut at stop strings and
 streamed without broken characters, how it is timed. The model owns compute, the
 sampler the choice of each token. Layered as in mlx-lm: generate_step (token ids,
-forever) -> _generate_chunks (text, stops, timing) -> generate (options, results).
+forever; or its speculative twin) -> stream_generate (text, stops, timing) ->
+generate (options, results). Every tool that generates (CLI, measurement, server)
+runs this one loop.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import codecs
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generator, Iterator, Literal, Optional, Sequence, Union, overload
+from typing import (TYPE_CHECKING, Callable, Generator, Iterator, Literal, NamedTuple, Optional, Sequence, Union,
+                    overload)
 
 import numpy as np
 
 from river_cpp.exit_stats import ExitStats
+from river_cpp.language_model import LanguageModel
 from river_cpp.sampling import Sampler, SamplingParams
 
-if TYPE_CHECKING:  # model.py imports this module lazily; this import is for type hints only
-    from river_cpp.model import RiverModel
+if TYPE_CHECKING:  # imported lazily at run time: generation without speculation never needs them
+    from river_cpp.speculative import Speculative, SpeculativeStats
 
 
 @dataclass
@@ -36,6 +40,7 @@ class GenerationResult:
     consumer between chunks is not counted).
     exit_layers[i] is the number of backbone layers run by the forward whose logits
     chose token_ids[i] (the prompt's for the first token; n_layer: never left).
+    speculative holds drafted/accepted counts when the generation was speculative.
     """
 
     text: str
@@ -46,6 +51,7 @@ class GenerationResult:
     generation_seconds: float
     exit_layers: list[int] = field(default_factory=list)
     n_layer: int = 0
+    speculative: Optional["SpeculativeStats"] = None
 
     @property
     def exit_stats(self) -> ExitStats:
@@ -119,30 +125,52 @@ class GenerationStream:
 # ---------------------------------------------------------------- token loop
 
 
-def prefill(model: "RiverModel", prompt_ids: Sequence[int]) -> np.ndarray:
-    """Append the prompt to the model's cache; the last position's logits [n_vocab]."""
-    return model.forward(prompt_ids, last_only=True)[0]
+class Step(NamedTuple):
+    """One token of the loop: its id, the logits it was chosen from ([n_vocab]; a
+    view the next step may overwrite: copy to keep) and the full-precision layers of
+    the forward that produced them (n_layer: the backbone's, or a verified token)."""
+
+    token: int
+    logits: np.ndarray
+    exit_layer: int
 
 
-def decode_one_token(model: "RiverModel", token: int) -> np.ndarray:
+def prefill(model: LanguageModel, prompt_ids: Sequence[int], *, route: str = "prompt") -> np.ndarray:
+    """Bring the cache to `prompt_ids`, reusing the longest prefix it already holds
+    (the prompt cache); the last position's logits [n_vocab]."""
+    keep = model.cached_prefix(prompt_ids, route=route)
+    model.rewind(keep)
+    return model.forward(prompt_ids[keep:], last_only=True, route=route)[0]
+
+
+def decode_one_token(model: LanguageModel, token: int) -> np.ndarray:
     """Append one token to the model's cache; its logits [n_vocab]."""
-    return model.forward([token], last_only=True)[0]
+    return model.forward([token], last_only=True, route="decode")[0]
 
 
-def generate_step(model: "RiverModel", prompt_ids: Sequence[int], sampler: Sampler) -> Iterator[int]:
-    """Sampled token ids continuing `prompt_ids`, one per next(), until the caller stops.
+def generate_step(
+    model: LanguageModel, prompt_ids: Sequence[int], sampler: Callable[[np.ndarray, Sequence[int]], int], *,
+    speculative: Optional["Speculative"] = None, speculative_stats: Optional["SpeculativeStats"] = None,
+) -> Iterator[Step]:
+    """Tokens continuing `prompt_ids`, one Step per next(), until the caller stops.
 
-    Continues the model's current cache. Lazy: the decode step that feeds a token
-    runs only when the caller asks for the next one, so between two next() calls
-    the model still holds the forward that produced the token just yielded. Ends
-    when the prompt and the tokens yielded fill the context (model.n_ctx).
+    `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
+    measurement forces tokens this way). With `speculative`, rounds of drafted tokens
+    are verified by the backbone (river_cpp.speculative); the tokens are the
+    backbone's, and `speculative_stats` (if given) counts drafts and acceptances. Lazy: the forward after a token runs only when the caller asks for
+    the next one. Ends when the prompt and the tokens yielded fill the context.
     """
+    if speculative is not None:
+        from river_cpp.speculative import speculative_step
+
+        yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats)
+        return
     history = list(prompt_ids)
     logits = prefill(model, prompt_ids)
     while True:
         token = sampler(logits, history)
         history.append(token)
-        yield token
+        yield Step(token, logits, int(model.last_exit_layers[-1]))
         # The cache holds everything before `token`; with it the sequence is full.
         if model.n_past + 1 >= model.n_ctx:
             return
@@ -216,11 +244,12 @@ def _timed(iterator: Iterator[int]) -> Iterator[tuple[int, float]]:
 
 
 def _generate_chunks(
-    model: "RiverModel",
+    model: LanguageModel,
     prompt_ids: list[int],
     sampler: Sampler,
     max_new_tokens: int,
     stop: Sequence[str],
+    speculative: Optional["Speculative"],
 ) -> Generator[GenerationChunk, None, GenerationResult]:
     """One chunk per sampled token; returns the GenerationResult."""
     tokenizer = model.tokenizer
@@ -229,21 +258,26 @@ def _generate_chunks(
     exit_layers: list[int] = []
     seconds: list[float] = []
     finish_reason = "length"
-    model.reset()
-    for token, step_seconds in _timed(generate_step(model, prompt_ids, sampler)):
-        # The model still holds the forward that produced this token's logits.
-        token_ids.append(token)
-        exit_layers.append(int(model.last_exit_layers[-1]))
+    stats = None
+    if speculative is not None:
+        from river_cpp.speculative import SpeculativeStats
+
+        stats = SpeculativeStats()
+    steps = generate_step(model, prompt_ids, sampler, speculative=speculative, speculative_stats=stats)
+    for step, step_seconds in _timed(steps):
+        token_ids.append(step.token)
+        exit_layers.append(step.exit_layer)
         seconds.append(step_seconds)
-        end_of_generation = tokenizer.is_end_of_generation(token)
+        end_of_generation = tokenizer.is_end_of_generation(step.token)
         last = end_of_generation or len(token_ids) == max_new_tokens
-        piece = b"" if end_of_generation else tokenizer.detokenize_bytes([token])
-        yield GenerationChunk(text.push(piece, final=last), token, exit_layers[-1])
+        piece = b"" if end_of_generation else tokenizer.detokenize_bytes([step.token])
+        yield GenerationChunk(text.push(piece, final=last), step.token, step.exit_layer)
         if end_of_generation or text.stopped:
             finish_reason = "stop"
             break
         if last:
             break
+    steps.close()
     return GenerationResult(
         text=text.text,
         token_ids=token_ids,
@@ -253,29 +287,15 @@ def _generate_chunks(
         generation_seconds=sum(seconds[1:]),
         exit_layers=exit_layers,
         n_layer=model.n_layer,
+        speculative=stats,
     )
 
 
-@overload
-def generate(
-    model: "RiverModel", prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
-    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
-    repeat_penalty: float = ..., seed: Optional[int] = ...,
-    stop: Union[str, Sequence[str], None] = ..., stream: Literal[False] = ...,
-) -> GenerationResult: ...
+SpeculativeOption = Union[bool, "Speculative", None]
 
 
-@overload
-def generate(
-    model: "RiverModel", prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
-    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
-    repeat_penalty: float = ..., seed: Optional[int] = ...,
-    stop: Union[str, Sequence[str], None] = ..., stream: Literal[True],
-) -> GenerationStream: ...
-
-
-def generate(
-    model: "RiverModel",
+def stream_generate(
+    model: LanguageModel,
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: int = 128,
@@ -286,19 +306,11 @@ def generate(
     repeat_penalty: float = 1.0,
     seed: Optional[int] = None,
     stop: Union[str, Sequence[str], None] = None,
-    stream: bool = False,
-) -> Union[GenerationResult, GenerationStream]:
-    """Generate a continuation of `prompt` (text, or token ids used as they are).
-
-    Starts from an empty cache. Ends at an end-of-generation token or at the first
-    of the `stop` strings (the text includes neither), after `max_tokens` tokens,
-    or when prompt and generation fill the context.
-    seed None uses model.seed. Options are checked, and the prompt tokenized,
-    before anything runs, also with stream=True: then a GenerationStream of
-    GenerationChunk is returned and its `.result` is the GenerationResult once
-    the stream is exhausted. Raises ValueError for invalid options and for a
-    prompt that leaves no room in the context.
-    """
+    speculative: SpeculativeOption = None,
+) -> GenerationStream:
+    """The GenerationStream of a continuation of `prompt` (text, or token ids used as
+    they are); see generate. Options are checked, and the prompt tokenized, before
+    anything runs."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     params = SamplingParams(
@@ -308,13 +320,68 @@ def generate(
     stop_strings = _stop_strings(stop)
     prompt_ids = _prompt_ids(model, prompt)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
-    chunks = _generate_chunks(model, prompt_ids, Sampler(params), max_new_tokens, stop_strings)
-    chunk_stream = GenerationStream(chunks)
+    chunks = _generate_chunks(model, prompt_ids, Sampler(params), max_new_tokens, stop_strings,
+                              _speculative(speculative))
+    return GenerationStream(chunks)
+
+
+@overload
+def generate(
+    model: LanguageModel, prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
+    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
+    repeat_penalty: float = ..., seed: Optional[int] = ...,
+    stop: Union[str, Sequence[str], None] = ..., speculative: SpeculativeOption = ...,
+    stream: Literal[False] = ...,
+) -> GenerationResult: ...
+
+
+@overload
+def generate(
+    model: LanguageModel, prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
+    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
+    repeat_penalty: float = ..., seed: Optional[int] = ...,
+    stop: Union[str, Sequence[str], None] = ..., speculative: SpeculativeOption = ...,
+    stream: Literal[True],
+) -> GenerationStream: ...
+
+
+def generate(
+    model: LanguageModel, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options
+) -> Union[GenerationResult, GenerationStream]:
+    """Generate a continuation of `prompt` (text, or token ids used as they are).
+
+    Options: max_tokens (128), temperature (0: greedy), top_k (40), top_p (0.95),
+    min_p (0.05), repeat_penalty (1), seed (None: model.seed), stop (strings),
+    speculative (True, or a river_cpp.Speculative: the river drafts, the backbone
+    verifies; the tokens are the backbone's own).
+    Continues from the longest prefix of the prompt the cache already holds (see
+    model.cached_prefix); the rest of the cache is dropped. Ends at an
+    end-of-generation token or at the first of the `stop` strings (the text
+    includes neither), after `max_tokens` tokens, or when prompt and generation
+    fill the context. With stream=True a GenerationStream of GenerationChunk is
+    returned and its `.result` is the GenerationResult once the stream is
+    exhausted. Raises ValueError for invalid options and for a prompt that leaves
+    no room in the context, before anything runs.
+    """
+    chunk_stream = stream_generate(model, prompt, **options)
     if stream:
         return chunk_stream
     for _ in chunk_stream:
         pass
     return chunk_stream.result
+
+
+def _speculative(option: SpeculativeOption) -> Optional["Speculative"]:
+    """generate's `speculative` option as a Speculative (or None)."""
+    if option is None or option is False:
+        return None
+    from river_cpp.speculative import Speculative
+
+    if option is True:
+        return Speculative()
+    if not isinstance(option, Speculative):
+        raise TypeError(f"speculative must be a bool or a Speculative, got {type(option).__name__}")
+    return option
 
 
 def _stop_strings(stop: Union[str, Sequence[str], None]) -> list[str]:
@@ -325,7 +392,7 @@ def _stop_strings(stop: Union[str, Sequence[str], None]) -> list[str]:
     return stop_strings
 
 
-def _prompt_ids(model: "RiverModel", prompt: Union[str, Sequence[int]]) -> list[int]:
+def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list[int]:
     """The prompt's token ids, checked to fit the context with room for one token."""
     if isinstance(prompt, str):
         # As llama-cpp-python's create_completion: special tokens in the text are

@@ -15,6 +15,7 @@ import numpy as np
 from river_cpp import _core
 from river_cpp._ggml import set_ggml_verbosity
 from river_cpp.exit_stats import ExitStats
+from river_cpp.language_model import ROUTES
 from river_cpp.policy import ExitPolicy
 from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
 from river_cpp.tokenizer import Tokenizer
@@ -124,6 +125,10 @@ class RiverModel:
         if policy is None:
             policy = ExitPolicy.at_layer(0) if self.has_river else ExitPolicy.never()
         self.policy = policy
+        # What the cache holds, for the prompt cache: each position's token and the
+        # backbone layers that computed it (n_layer: the full backbone).
+        self._cached_ids: list[int] = []
+        self._cached_depths: list[int] = []
 
     def _load_river(self, river: Union[str, os.PathLike, None], river_types: Optional[Mapping[int, str]],
                     river_head: Union[bool, str], progress: bool) -> None:
@@ -242,19 +247,43 @@ class RiverModel:
     def reset(self) -> None:
         """Forget the sequence: the next forward starts at position 0."""
         self.engine.reset()
+        self._cached_ids.clear()
+        self._cached_depths.clear()
 
     def rewind(self, n_past: int) -> None:
         """Shorten the cached sequence to its first `n_past` positions."""
         if isinstance(n_past, bool) or not isinstance(n_past, (int, np.integer)) or not 0 <= n_past <= self.n_past:
             raise ValueError(f"n_past must be an integer in [0, {self.n_past}], got {n_past!r}")
         self.engine.rewind(int(n_past))
+        del self._cached_ids[n_past:], self._cached_depths[n_past:]
 
-    def forward(self, ids: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
+        """How many leading `ids` the cache holds as a cold forward of them on `route`
+        computes them (the prompt cache), at most len(ids) - 1.
+
+        Only positions computed by the full backbone qualify, and only when the
+        route runs the full backbone ("backbone"; "prompt" with prefill="backbone" or
+        no exit): a prompt that exits leaves at a depth chosen for the whole batch.
+        """
+        exits = any(t != float("inf") for t in self.policy.resolve(self.n_layer))
+        if route not in ("prompt", "backbone") or (route == "prompt" and self.prefill != "backbone" and exits):
+            return 0
+        n = 0
+        for token, cached, depth in zip(ids[:-1], self._cached_ids, self._cached_depths):
+            if token != cached or depth != self.n_layer:
+                break
+            n += 1
+        return n
+
+    def forward(self, ids: Sequence[int], *, last_only: bool = False, route: str = "auto") -> np.ndarray:
         """Append `ids` to the sequence and return their logits.
 
         Returns float32 of shape [len(ids), n_vocab], or [1, n_vocab] for the last
-        position only when `last_only` (what generation needs). With a river, the
-        batch exits at one depth chosen by the policy; see last_exit_layers.
+        position only when `last_only` (what generation needs). `route` picks the
+        weights (river_cpp.language_model.ROUTES): by default a multi-token forward
+        is a prompt (the full backbone unless prefill="exit") and one token a decode
+        step (the policy's exit). With an exit, the batch leaves at one depth; see
+        last_exit_layers.
         """
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size == 0:
@@ -265,9 +294,16 @@ class RiverModel:
             raise ValueError(
                 f"context overflow: {self.n_past} cached + {ids.size} new tokens > n_ctx = {self.n_ctx}"
             )
-        # Prefill is a multi-token forward; "backbone" keeps the prompt's KV full precision.
-        use_exit = not (self.prefill == "backbone" and ids.size > 1)
-        return self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if route == "auto":
+            route = "prompt" if ids.size > 1 else "decode"
+        # prefill="backbone" keeps the prompt's KV full precision.
+        use_exit = route == "decode" or (route == "prompt" and self.prefill != "backbone")
+        logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
+        self._cached_ids.extend(int(t) for t in ids)
+        self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
+        return logits
 
     # ---------------------------------------------------------------- generation
 

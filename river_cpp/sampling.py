@@ -131,13 +131,6 @@ def min_p(candidates: Candidates, p: float) -> Candidates:
     return ids[keep], logits[keep]
 
 
-def draw(candidates: Candidates, temperature: float, rng: np.random.Generator) -> int:
-    """Draw one id from the softmax of the candidates' logits / temperature."""
-    ids, logits = candidates
-    probs = _softmax(logits / temperature)
-    return int(ids[rng.choice(ids.size, p=probs)])
-
-
 def _indices_of_largest(values: np.ndarray, k: int) -> np.ndarray:
     """Indices of the `k` largest values, largest first, in O(n + k log k)."""
     if k < values.size:
@@ -169,15 +162,34 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """Pick the next token from one position's logits ([n_vocab])."""
+        ids, probs = self.distribution(logits, history)
+        return self.draw(ids, probs)
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int]) -> Candidates:
+        """The distribution this sampler draws from: (token ids, their probabilities).
+
+        Greedy (temperature 0) is all mass on the argmax. Speculative sampling
+        compares the draft's and the target's distributions through this.
+        """
         logits = np.asarray(logits, dtype=np.float32)
         if logits.ndim != 1 or logits.size == 0:
             raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
         params = self.params
         logits = apply_repeat_penalty(logits, history, params.repeat_penalty, params.repeat_last_n)
         if params.temperature == 0.0:
-            return int(np.argmax(logits))
+            return np.array([int(np.argmax(logits))]), np.ones(1)
         candidates = (np.arange(logits.size), logits)
         candidates = top_k(candidates, params.top_k)
         candidates = top_p(candidates, params.top_p)
-        candidates = min_p(candidates, params.min_p)
-        return draw(candidates, params.temperature, self._rng)
+        ids, kept = min_p(candidates, params.min_p)
+        return ids, _softmax(kept / params.temperature)
+
+    def draw(self, ids: np.ndarray, probs: np.ndarray) -> int:
+        """One id drawn from a distribution over `ids` with this sampler's generator."""
+        if ids.size == 1:
+            return int(ids[0])
+        return int(ids[self._rng.choice(ids.size, p=probs)])
+
+    def uniform(self) -> float:
+        """A uniform draw in [0, 1) from this sampler's generator (speculative acceptance)."""
+        return float(self._rng.random())

@@ -1,0 +1,349 @@
+"""Lossless River: the river drafts tokens, the backbone verifies them in one batch.
+
+A round feeds the last accepted token and up to N drafted ones through the backbone
+in one forward with logits at every position, keeps the longest agreeing prefix
+plus the backbone's own next token, and rewinds the cache past the rest. The river
+drafts on the backbone's own KV cache: its K/V rows are overwritten by the
+backbone's in the same slots, so after a round the cache holds exactly what a
+backbone-only run would. The tokens are the backbone's: equal to its greedy
+sequence at temperature 0, distributed as its samples otherwise (the standard
+accept/reject and residual distribution; Leviathan et al. 2023, Chen et al. 2023).
+
+This module is the second implementation of generation's token loop
+(river_cpp.generation.generate_step); it owns drafting, verification and the
+draft length, not text or stopping.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from river_cpp.generation import Step, prefill
+from river_cpp.language_model import LanguageModel
+from river_cpp.policy import ExitPolicy
+from river_cpp.sampling import Sampler
+
+DEFAULT_MAX_DRAFT = 8
+DEFAULT_P_MIN = 0.0
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """How to draft: which draft, at most how many tokens a round, when to stop early.
+
+    draft: "river" (every layer on the river, sharing the backbone's cache), an
+        ExitPolicy (River's own exits drafting, on the same cache), or another
+        LanguageModel with the same vocabulary and its own cache (a smaller GGUF:
+        classic speculative decoding; it drafts with its full weights).
+    max_draft: most drafted tokens per round.
+    p_min: stop drafting a round when the draft's most likely token has a lower
+        probability (0: never stop early).
+    adaptive: choose each round's length from the running acceptance and the
+        measured costs of drafting and verifying (0 when drafting does not pay);
+        False always drafts max_draft (or until p_min).
+    """
+
+    draft: Union[str, ExitPolicy, LanguageModel] = "river"
+    max_draft: int = DEFAULT_MAX_DRAFT
+    p_min: float = DEFAULT_P_MIN
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.draft, str) and self.draft != "river":
+            raise ValueError(f'draft must be "river", an ExitPolicy or a model, got {self.draft!r}')
+        if isinstance(self.max_draft, bool) or not isinstance(self.max_draft, numbers.Integral) \
+                or not 1 <= self.max_draft <= 64:
+            raise ValueError(f"max_draft must be an integer in [1, 64], got {self.max_draft!r}")
+        if isinstance(self.p_min, bool) or not isinstance(self.p_min, numbers.Real) or not 0.0 <= self.p_min < 1.0:
+            raise ValueError(f"p_min must be a number in [0, 1), got {self.p_min!r}")
+
+
+@dataclass
+class SpeculativeStats:
+    """Counts of one speculative generation."""
+
+    rounds: int = 0      # backbone verify forwards
+    drafted: int = 0     # tokens the draft proposed
+    accepted: int = 0    # drafted tokens the backbone kept
+    generated: int = 0   # tokens the rounds produced (accepted + the backbone's own)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Share of drafted tokens kept (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        """Tokens produced per backbone forward (1.0 is plain decoding)."""
+        return self.generated / self.rounds if self.rounds else 0.0
+
+    def summary(self) -> str:
+        return (f"speculative: {self.drafted} drafted, {self.accepted} accepted "
+                f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify")
+
+
+# ---------------------------------------------------------------- drafts
+
+
+class _SharedCacheDraft:
+    """The river drafting on the backbone's own cache, under an exit policy."""
+
+    def __init__(self, model: LanguageModel, policy: ExitPolicy) -> None:
+        if not getattr(model, "has_river", False):
+            raise ValueError("speculative decoding with the river as draft needs a model with a river")
+        self.model = model
+        self._policy = policy
+        self._saved_policy = model.policy
+
+    def begin(self) -> None:
+        self.model.policy = self._policy
+
+    def end(self) -> None:
+        self.model.policy = self._saved_policy
+
+    @property
+    def n_past(self) -> int:
+        return self.model.n_past
+
+    def forward(self, ids: Sequence[int]) -> np.ndarray:
+        return self.model.forward(ids, last_only=True, route="decode")[0]
+
+    def keep(self, n_past: int) -> None:
+        """The target rewinds the shared cache itself."""
+
+
+class _ModelDraft:
+    """A separate model with its own cache, drafting with its full weights."""
+
+    def __init__(self, model: LanguageModel, draft: LanguageModel) -> None:
+        if draft is model:
+            raise ValueError('a model cannot draft for itself: use draft="river"')
+        if draft.n_vocab != model.n_vocab:
+            raise ValueError(f"the draft's vocabulary ({draft.n_vocab}) differs from the model's ({model.n_vocab})")
+        self.model = draft
+
+    def begin(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    @property
+    def n_past(self) -> int:
+        return self.model.n_past
+
+    def forward(self, ids: Sequence[int]) -> np.ndarray:
+        return self.model.forward(ids, last_only=True, route="backbone")[0]
+
+    def keep(self, n_past: int) -> None:
+        self.model.rewind(min(n_past, self.model.n_past))
+
+
+def _draft_source(model: LanguageModel, spec: Speculative) -> Union[_SharedCacheDraft, _ModelDraft]:
+    if isinstance(spec.draft, str):
+        return _SharedCacheDraft(model, ExitPolicy.at_layer(0))
+    if isinstance(spec.draft, ExitPolicy):
+        return _SharedCacheDraft(model, spec.draft)
+    return _ModelDraft(model, spec.draft)
+
+
+# ---------------------------------------------------------------- draft length
+
+
+class DraftLength:
+    """Each round's draft length, from the running acceptance and measured costs.
+
+    With per-token acceptance a, k drafted tokens yield (1 - a^(k+1)) / (1 - a)
+    tokens on average and cost k drafts plus one verify of k+1 positions. Drafts
+    and verifies are timed as they run (verify time fitted as a line in the batch
+    size), and the k with the most tokens per second wins; k = 0 is plain
+    decoding, so a prompt the draft cannot follow falls back to it, trying a short
+    draft now and then to notice when drafting pays again.
+    """
+
+    _DECAY = 0.9            # weight of the past in the running estimates, per round
+    _PROBE_EVERY = 32       # rounds of plain decoding between two probing drafts
+    _PRIOR_ACCEPTANCE = 0.7
+    _PRIOR_VERIFY_SLOPE = 0.25   # extra verify cost per position, relative to one
+
+    def __init__(self, max_draft: int, adaptive: bool) -> None:
+        self.max_draft = max_draft
+        self.adaptive = adaptive
+        self._accepted = self._PRIOR_ACCEPTANCE   # decayed counts of accepted / offered drafts
+        self._offered = 1.0
+        self._draft_seconds: Optional[float] = None
+        self._verify: dict[int, float] = {}        # positions -> running seconds
+        self._rounds = 0
+        self._plain_rounds = 0
+
+    @property
+    def acceptance(self) -> float:
+        return self._accepted / self._offered
+
+    def next(self, room: int) -> int:
+        """The draft length of the next round, at most `room`."""
+        self._rounds += 1
+        if not self.adaptive:
+            return min(self.max_draft, room)
+        if self._rounds == 1:
+            k = 0   # a plain step first: the cost of one backbone token
+        elif self._draft_seconds is None:
+            k = min(4, self.max_draft)
+        else:
+            k = self._best_length()
+            if k == 0:
+                self._plain_rounds += 1
+                if self._plain_rounds % self._PROBE_EVERY == 0:
+                    k = 1
+        return min(k, room)
+
+    def observe(self, *, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
+                draft_forwards: int) -> None:
+        """Record one round."""
+        if draft_forwards:
+            per_draft = draft_seconds / draft_forwards
+            self._draft_seconds = per_draft if self._draft_seconds is None else \
+                self._DECAY * self._draft_seconds + (1 - self._DECAY) * per_draft
+        n = n_drafted + 1
+        old = self._verify.get(n)
+        self._verify[n] = verify_seconds if old is None else self._DECAY * old + (1 - self._DECAY) * verify_seconds
+        if n_drafted:
+            # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
+            offered = n_accepted + (1 if n_accepted < n_drafted else 0)
+            self._accepted = self._DECAY * self._accepted + n_accepted
+            self._offered = self._DECAY * self._offered + offered
+
+    def _verify_cost(self, n: int) -> float:
+        """Seconds to verify n positions: a line through the running averages."""
+        points = sorted(self._verify.items())
+        if len(points) == 1:
+            n0, t0 = points[0]
+            base = t0 / (1 + self._PRIOR_VERIFY_SLOPE * (n0 - 1))
+            return base * (1 + self._PRIOR_VERIFY_SLOPE * (n - 1))
+        xs = np.array([p[0] for p in points], dtype=np.float64)
+        ys = np.array([p[1] for p in points], dtype=np.float64)
+        slope, intercept = np.polyfit(xs, ys, 1)
+        return max(intercept + slope * n, 1e-9)
+
+    def _best_length(self) -> int:
+        a = min(self.acceptance, 0.999)
+        best_k, best_rate = 0, 1.0 / self._verify_cost(1)
+        for k in range(1, self.max_draft + 1):
+            expected = (1 - a ** (k + 1)) / (1 - a)
+            rate = expected / (k * self._draft_seconds + self._verify_cost(k + 1))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    """The largest softmax probability of `logits` (temperature 1)."""
+    top = float(logits.max())
+    return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
+
+
+def _dense(ids: np.ndarray, probs: np.ndarray, n_vocab: int) -> np.ndarray:
+    out = np.zeros(n_vocab, dtype=np.float64)
+    out[ids] = probs
+    return out
+
+
+def _draw_residual(sampler: Sampler, target: np.ndarray, draft: np.ndarray) -> int:
+    """After a rejection: a draw from max(target - draft, 0), normalized."""
+    residual = np.maximum(target - draft, 0.0)
+    support = np.flatnonzero(residual)
+    if support.size == 0:   # target == draft: the rejection had probability 0
+        support = np.flatnonzero(target)
+        return sampler.draw(support, target[support] / target[support].sum())
+    return sampler.draw(support, residual[support] / residual[support].sum())
+
+
+def speculative_step(
+    model: LanguageModel, prompt_ids: Sequence[int], sampler: Sampler, spec: Speculative,
+    stats: Optional[SpeculativeStats] = None,
+) -> Iterator[Step]:
+    """generate_step's speculative twin: the backbone's tokens, several per forward.
+
+    The prompt runs the full backbone. Each yielded Step carries the backbone's
+    logits at that position and exit layer n_layer (every token is verified).
+    """
+    if not isinstance(sampler, Sampler):
+        raise TypeError("speculative decoding needs a river_cpp.sampling.Sampler (it compares distributions)")
+    stats = stats if stats is not None else SpeculativeStats()
+    draft = _draft_source(model, spec)
+    greedy = sampler.params.temperature == 0.0
+    n_layer, n_vocab = model.n_layer, model.n_vocab
+    lengths = DraftLength(spec.max_draft, spec.adaptive)
+    history = list(prompt_ids)
+    draft.begin()
+    try:
+        logits = prefill(model, prompt_ids, route="backbone")
+        token = sampler(logits, history)
+        history.append(token)
+        yield Step(token, logits, n_layer)
+        while True:
+            start = model.n_past   # every token of `history` but the last is in the cache
+            if start + 1 >= model.n_ctx:
+                return
+            k = lengths.next(room=model.n_ctx - start - 1)
+
+            # Draft up to k tokens (the shared river writes rows start.. that the verify overwrites).
+            began = time.perf_counter()
+            drafts: list[int] = []
+            draft_dists: list[np.ndarray] = []
+            forwards = 0
+            while len(drafts) < k:
+                draft_logits = draft.forward((history + drafts)[draft.n_past:])
+                forwards += 1
+                if spec.p_min > 0.0 and _top_probability(draft_logits) < spec.p_min:
+                    break
+                ids, probs = sampler.distribution(draft_logits, history + drafts)
+                drafts.append(sampler.draw(ids, probs))
+                if not greedy:
+                    draft_dists.append(_dense(ids, probs, n_vocab))
+            drafted_at = time.perf_counter()
+
+            # Verify: the last accepted token and the drafts in one backbone forward.
+            model.rewind(start)
+            verify_logits = model.forward([history[-1]] + drafts, route="backbone")
+            new: list[int] = []
+            for j, drafted in enumerate(drafts):
+                ids, probs = sampler.distribution(verify_logits[j], history + new)
+                if greedy:
+                    if int(ids[0]) != drafted:
+                        new.append(int(ids[0]))
+                        break
+                else:
+                    target = _dense(ids, probs, n_vocab)
+                    if sampler.uniform() * draft_dists[j][drafted] >= target[drafted]:
+                        new.append(_draw_residual(sampler, target, draft_dists[j]))
+                        break
+                new.append(drafted)
+            else:
+                ids, probs = sampler.distribution(verify_logits[len(drafts)], history + new)
+                new.append(sampler.draw(ids, probs))
+            verified_at = time.perf_counter()
+
+            n_accepted = len(new) - 1
+            model.rewind(start + len(new))
+            draft.keep(start + len(new))
+            lengths.observe(n_drafted=len(drafts), n_accepted=n_accepted, draft_seconds=drafted_at - began,
+                            verify_seconds=verified_at - drafted_at, draft_forwards=forwards)
+            stats.rounds += 1
+            stats.drafted += len(drafts)
+            stats.accepted += n_accepted
+            stats.generated += len(new)
+            for j, token in enumerate(new):
+                history.append(token)
+                yield Step(token, verify_logits[j], n_layer)
+    finally:
+        draft.end()
