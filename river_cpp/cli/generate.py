@@ -1,0 +1,125 @@
+"""`river-cpp generate`: continue a prompt, streaming the text to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Union
+
+from river_cpp.cli._common import model_path
+from river_cpp.model import DEFAULT_PREFILL
+from river_cpp.policy import ExitPolicy
+from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("generate", help="continue a prompt, streaming the text to stdout")
+    p.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
+    p.add_argument("--chat", action="store_true", help="send the prompt as a user message in the model's chat template")
+    p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
+    p.add_argument("--max-tokens", "-n", type=int, default=128, metavar="N", help="most tokens to generate (128)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default 0)")
+    p.add_argument("--top-k", type=int, default=40, help="0 disables (default 40)")
+    p.add_argument("--top-p", type=float, default=0.95, help="1 disables (default 0.95)")
+    p.add_argument("--min-p", type=float, default=0.05, help="0 disables (default 0.05)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, help="1 disables (default 1)")
+    p.add_argument("--seed", type=int, help="seed for sampling (default: random)")
+    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT", help="stop before TEXT (repeatable)"
+    )
+    river = p.add_argument_group("river (early exit)")
+    river.add_argument("--river", default=DEFAULT_RIVER_TYPE, metavar="TYPE|PATH|none",
+                       help="river type to build (q4_0, q4_k, iq4_nl, q5_k, q6_k, q8_0), a river GGUF, "
+                            f"or none for the backbone alone (default {DEFAULT_RIVER_TYPE})")
+    exits = river.add_mutually_exclusive_group()
+    exits.add_argument("--tau", type=float, help="exit when the block similarity exceeds TAU (near 1, e.g. 0.99)")
+    exits.add_argument("--exit-layer", type=int, metavar="K",
+                       help="every token runs exactly K backbone layers (default 0: decode on the river)")
+    exits.add_argument("--policy", metavar="FILE", help="exit thresholds saved by `river-cpp calibrate`")
+    river.add_argument("--min-layer", type=int, default=2, metavar="N",
+                       help="with --tau: run at least N backbone layers (default 2)")
+    river.add_argument("--prefill", choices=["exit", "backbone"], default=DEFAULT_PREFILL,
+                       help="backbone: full-precision prompt (default); exit: the prompt exits too")
+    river.add_argument("--tail-layers", type=int, default=0, metavar="M",
+                       help="exited tokens run the last M layers on the backbone")
+    river.add_argument("--river-head", default=None, metavar="TYPE|river|backbone",
+                       help=f"LM head of exited tokens: a type, the river's own, or the backbone's "
+                            f"(default: {DEFAULT_HEAD_TYPE} for a built river, a river file's own)")
+    add_speculative_arguments(p)
+    p.set_defaults(run=run)
+
+
+def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
+    """--speculative, --draft-max and --draft-p-min (generate, eval, humaneval)."""
+    from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
+
+    group = p.add_argument_group("lossless River (speculative decoding)")
+    group.add_argument("--speculative", action="store_true",
+                       help="the river drafts tokens, the backbone verifies them: the backbone's own tokens")
+    group.add_argument("--draft-max", type=int, default=DEFAULT_MAX_DRAFT, metavar="N",
+                       help=f"with --speculative: most drafted tokens per round (default {DEFAULT_MAX_DRAFT})")
+    group.add_argument("--draft-p-min", type=float, default=DEFAULT_P_MIN, metavar="P",
+                       help="with --speculative: stop a round's draft below this top probability "
+                            f"(default {DEFAULT_P_MIN:g}: never)")
+
+
+def speculative(args: argparse.Namespace):
+    """The Speculative that --speculative asks for, or None."""
+    if not args.speculative:
+        return None
+    from river_cpp.speculative import Speculative
+
+    return Speculative(max_draft=args.draft_max, p_min=args.draft_p_min)
+
+
+def _policy(args: argparse.Namespace) -> Optional[ExitPolicy]:
+    if args.policy is not None:
+        return ExitPolicy.load(args.policy)
+    if args.tau is not None:
+        return ExitPolicy.uniform(args.tau, min_layer=args.min_layer)
+    if args.exit_layer is not None:
+        return ExitPolicy.at_layer(args.exit_layer)
+    return None  # the model's default
+
+
+def _river_head(value: Optional[str]) -> Union[bool, str, None]:
+    """--river-head's value as RiverModel's river_head."""
+    return {None: None, "river": True, "backbone": False}.get(value if value is None else value.lower(), value)
+
+
+def run(args: argparse.Namespace) -> int:
+    from river_cpp import RiverModel
+
+    river = None if args.river.lower() == "none" else args.river
+    spec = speculative(args)
+    if spec is not None and river is None:
+        raise ValueError("--speculative needs a river to draft with")
+    with RiverModel(model_path(args.model), n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed, river=river,
+                    policy=_policy(args), prefill=args.prefill, tail_layers=args.tail_layers,
+                    river_head=_river_head(args.river_head)) as model:
+        prompt = args.prompt
+        if args.chat:
+            prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+        stream = model.generate(
+            prompt, max_tokens=args.max_tokens, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+            repeat_penalty=args.repeat_penalty, stop=args.stop, speculative=spec, stream=True,
+        )
+        for chunk in stream:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        result = stream.result
+    print(
+        f"prompt: {len(result.prompt_token_ids)} tokens, {result.prompt_tokens_per_second:.1f} tokens/s | "
+        f"generated: {len(result.token_ids)} tokens, {result.generation_tokens_per_second:.1f} tokens/s "
+        f"| finish: {result.finish_reason}",
+        file=sys.stderr,
+    )
+    if result.speculative is not None:
+        print(result.speculative.summary(), file=sys.stderr)
+    elif river is not None:
+        print(result.exit_stats.summary(), file=sys.stderr)
+    return 0
