@@ -80,11 +80,24 @@ def _rate(count: int, seconds: float) -> float:
 @dataclass
 class GenerationChunk:
     """One sampled token, the text it made safe to show (possibly "") and the
-    backbone layers run by the forward that chose it."""
+    backbone layers run by the forward that chose it. With the `logprobs` option:
+    the token's log-probability under the model's logits (before sampling's
+    penalties and temperature) and the `logprobs` most likely (token, logprob)."""
 
     text: str
     token_id: int
     exit_layer: int
+    logprob: Optional[float] = None
+    top_logprobs: Optional[list[tuple[int, float]]] = None
+
+
+def _logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
+    """log softmax(logits)[token] and the n_top most likely (token, logprob)."""
+    shifted = logits.astype(np.float64) - float(logits.max())
+    log_z = float(np.log(np.exp(shifted).sum()))
+    top = np.argpartition(-shifted, n_top - 1)[:n_top] if n_top > 0 else np.empty(0, dtype=np.int64)
+    top = top[np.argsort(-shifted[top], kind="stable")]
+    return float(shifted[token]) - log_z, [(int(t), float(shifted[t]) - log_z) for t in top]
 
 
 class GenerationStream:
@@ -250,6 +263,7 @@ def _generate_chunks(
     max_new_tokens: int,
     stop: Sequence[str],
     speculative: Optional["Speculative"],
+    logprobs: Optional[int] = None,
 ) -> Generator[GenerationChunk, None, GenerationResult]:
     """One chunk per sampled token; returns the GenerationResult."""
     tokenizer = model.tokenizer
@@ -271,7 +285,10 @@ def _generate_chunks(
         end_of_generation = tokenizer.is_end_of_generation(step.token)
         last = end_of_generation or len(token_ids) == max_new_tokens
         piece = b"" if end_of_generation else tokenizer.detokenize_bytes([step.token])
-        yield GenerationChunk(text.push(piece, final=last), step.token, step.exit_layer)
+        chunk = GenerationChunk(text.push(piece, final=last), step.token, step.exit_layer)
+        if logprobs is not None:
+            chunk.logprob, chunk.top_logprobs = _logprobs(step.logits, step.token, logprobs)
+        yield chunk
         if end_of_generation or text.stopped:
             finish_reason = "stop"
             break
@@ -307,12 +324,16 @@ def stream_generate(
     seed: Optional[int] = None,
     stop: Union[str, Sequence[str], None] = None,
     speculative: SpeculativeOption = None,
+    logprobs: Optional[int] = None,
 ) -> GenerationStream:
     """The GenerationStream of a continuation of `prompt` (text, or token ids used as
     they are); see generate. Options are checked, and the prompt tokenized, before
     anything runs."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral)
+                                 or not 0 <= logprobs <= model.n_vocab):
+        raise ValueError(f"logprobs must be an integer in [0, n_vocab] or None, got {logprobs!r}")
     params = SamplingParams(
         temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=model.seed if seed is None else seed,
@@ -321,7 +342,7 @@ def stream_generate(
     prompt_ids = _prompt_ids(model, prompt)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
     chunks = _generate_chunks(model, prompt_ids, Sampler(params), max_new_tokens, stop_strings,
-                              _speculative(speculative))
+                              _speculative(speculative), None if logprobs is None else int(logprobs))
     return GenerationStream(chunks)
 
 
@@ -353,7 +374,8 @@ def generate(
     Options: max_tokens (128), temperature (0: greedy), top_k (40), top_p (0.95),
     min_p (0.05), repeat_penalty (1), seed (None: model.seed), stop (strings),
     speculative (True, or a river_cpp.Speculative: the river drafts, the backbone
-    verifies; the tokens are the backbone's own).
+    verifies; the tokens are the backbone's own), logprobs (None; n: each chunk
+    carries its token's logprob and the n most likely tokens' logprobs).
     Continues from the longest prefix of the prompt the cache already holds (see
     model.cached_prefix); the rest of the cache is dropped. Ends at an
     end-of-generation token or at the first of the `stop` strings (the text

@@ -14,16 +14,17 @@ import numpy as np
 
 from river_cpp import _core
 from river_cpp._ggml import set_ggml_verbosity
+from river_cpp._lock import ModelLock
 from river_cpp.exit_stats import ExitStats
 from river_cpp.language_model import ROUTES
 from river_cpp.policy import ExitPolicy
+from river_cpp.presets import DEFAULT
 from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
 from river_cpp.tokenizer import Tokenizer
 
 DEFAULT_N_BATCH = 512
-# Chosen from the tau sweep on the demo model (README: "Choosing tau").
 PREFILL_MODES = ("exit", "backbone")
-DEFAULT_PREFILL = "backbone"
+DEFAULT_PREFILL = DEFAULT.prefill
 
 
 def _default_head(river: Union[str, os.PathLike, None]) -> Union[bool, str]:
@@ -103,6 +104,9 @@ class RiverModel:
         if os.path.isdir(path):
             raise IsADirectoryError(f"model path is a directory, not a GGUF file: {path}")
         self.model_path = path
+        # Every call that touches the engine or the cache serializes on this lock;
+        # a stream holds it from its first token until it is exhausted or closed.
+        self._lock = ModelLock()
         self.seed = seed
         self.verbose = verbose
         n_threads = default_n_threads() if n_threads is None else _positive_int("n_threads", n_threads)
@@ -123,7 +127,7 @@ class RiverModel:
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
         if policy is None:
-            policy = ExitPolicy.at_layer(0) if self.has_river else ExitPolicy.never()
+            policy = DEFAULT.policy if self.has_river else ExitPolicy.never()
         self.policy = policy
         # What the cache holds, for the prompt cache: each position's token and the
         # backbone layers that computed it (n_layer: the full backbone).
@@ -154,10 +158,12 @@ class RiverModel:
     # ---------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
-        """Free the weights mapping, KV cache and tokenizer. Idempotent."""
-        if self._engine is not None:
-            self._engine = None
-            self._tokenizer.close()
+        """Free the weights mapping, KV cache and tokenizer (after a running
+        generation ends). Idempotent."""
+        with self._lock:
+            if self._engine is not None:
+                self._engine = None
+                self._tokenizer.close()
 
     def __enter__(self) -> "RiverModel":
         return self
@@ -214,8 +220,9 @@ class RiverModel:
         thresholds = policy.resolve(self.n_layer)
         if not self.has_river and any(t != float("inf") for t in thresholds):
             raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
-        self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head)
-        self._policy = policy
+        with self._lock:
+            self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head)
+            self._policy = policy
 
     @property
     def last_exit_layers(self) -> np.ndarray:
@@ -246,16 +253,18 @@ class RiverModel:
 
     def reset(self) -> None:
         """Forget the sequence: the next forward starts at position 0."""
-        self.engine.reset()
-        self._cached_ids.clear()
-        self._cached_depths.clear()
+        with self._lock:
+            self.engine.reset()
+            self._cached_ids.clear()
+            self._cached_depths.clear()
 
     def rewind(self, n_past: int) -> None:
         """Shorten the cached sequence to its first `n_past` positions."""
-        if isinstance(n_past, bool) or not isinstance(n_past, (int, np.integer)) or not 0 <= n_past <= self.n_past:
-            raise ValueError(f"n_past must be an integer in [0, {self.n_past}], got {n_past!r}")
-        self.engine.rewind(int(n_past))
-        del self._cached_ids[n_past:], self._cached_depths[n_past:]
+        with self._lock:
+            if isinstance(n_past, bool) or not isinstance(n_past, (int, np.integer)) or not 0 <= n_past <= self.n_past:
+                raise ValueError(f"n_past must be an integer in [0, {self.n_past}], got {n_past!r}")
+            self.engine.rewind(int(n_past))
+            del self._cached_ids[n_past:], self._cached_depths[n_past:]
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
         """How many leading `ids` the cache holds as a cold forward of them on `route`
@@ -290,25 +299,58 @@ class RiverModel:
             raise ValueError("ids must be a non-empty 1-D sequence of token ids")
         if not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
-        if self.n_past + ids.size > self.n_ctx:
-            raise ValueError(
-                f"context overflow: {self.n_past} cached + {ids.size} new tokens > n_ctx = {self.n_ctx}"
-            )
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         if route == "auto":
             route = "prompt" if ids.size > 1 else "decode"
         # prefill="backbone" keeps the prompt's KV full precision.
         use_exit = route == "decode" or (route == "prompt" and self.prefill != "backbone")
-        logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
-        self._cached_ids.extend(int(t) for t in ids)
-        self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
+        with self._lock:
+            if self.n_past + ids.size > self.n_ctx:
+                raise ValueError(
+                    f"context overflow: {self.n_past} cached + {ids.size} new tokens > n_ctx = {self.n_ctx}"
+                )
+            logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
+            self._cached_ids.extend(int(t) for t in ids)
+            self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
         return logits
 
     # ---------------------------------------------------------------- generation
 
-    def generate(self, prompt: Union[str, Sequence[int]], **options):
-        """Generate a continuation of `prompt`; see river_cpp.generation.generate."""
-        from river_cpp.generation import generate
+    def generate(self, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options):
+        """Generate a continuation of `prompt`; see river_cpp.generation.generate.
 
-        return generate(self, prompt, **options)
+        Holds the model's lock while it runs (a stream: from its first chunk until it
+        is exhausted or closed), so other threads' calls wait their turn.
+        """
+        from river_cpp.generation import GenerationStream, stream_generate
+
+        locked = GenerationStream(self._locked(stream_generate(self, prompt, **options)))
+        if stream:
+            return locked
+        for _ in locked:
+            pass
+        return locked.result
+
+    def _locked(self, stream):
+        """`stream`'s chunks and result, with the lock held from its first chunk."""
+        with self._lock:
+            try:
+                yield from stream
+            finally:
+                stream.close()
+        return stream.result
+
+    def create_completion(self, prompt: Union[str, Sequence[int]], **options):
+        """An OpenAI-shaped text completion (llama-cpp-python's create_completion);
+        see river_cpp.completions.create_completion."""
+        from river_cpp.completions import create_completion
+
+        return create_completion(self, prompt, **options)
+
+    def create_chat_completion(self, messages: Sequence[Mapping[str, object]], **options):
+        """An OpenAI-shaped chat completion (llama-cpp-python's create_chat_completion);
+        see river_cpp.completions.create_chat_completion."""
+        from river_cpp.completions import create_chat_completion
+
+        return create_chat_completion(self, messages, **options)
