@@ -101,7 +101,7 @@ class _SharedCacheDraft:
         self._policy = policy
         self._saved_policy = model.policy
 
-    def begin(self) -> None:
+    def begin(self, history: Sequence[int]) -> None:
         self.model.policy = self._policy
 
     def end(self) -> None:
@@ -128,8 +128,9 @@ class _ModelDraft:
             raise ValueError(f"the draft's vocabulary ({draft.n_vocab}) differs from the model's ({model.n_vocab})")
         self.model = draft
 
-    def begin(self) -> None:
-        pass
+    def begin(self, history: Sequence[int]) -> None:
+        """Keep what the draft's cache holds of `history` (its own prompt cache)."""
+        self.model.rewind(self.model.cached_prefix(history, route="backbone"))
 
     def end(self) -> None:
         pass
@@ -284,7 +285,7 @@ def speculative_step(
     n_layer, n_vocab = model.n_layer, model.n_vocab
     lengths = DraftLength(spec.max_draft, spec.adaptive)
     history = list(prompt_ids)
-    draft.begin()
+    draft.begin(history)
     try:
         logits = prefill(model, prompt_ids, route="backbone")
         token = sampler(logits, history)

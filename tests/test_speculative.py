@@ -1,0 +1,313 @@
+"""river_cpp.speculative: lossless River gives the backbone's tokens.
+
+Greedy: token identity with the backbone's own greedy run (a difference is allowed
+only at a near-tie of the backbone's top two logits, and reported). Sampling: the
+joint distribution of the first two sampled tokens, checked with a chi-square test
+against the backbone's exact one. The cache after speculative rounds holds the
+backbone's K/V, not the river's. The draft length adapts to what pays.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from river_cpp import ExitPolicy, RiverModel, Speculative
+from river_cpp.sampling import Sampler, SamplingParams
+from river_cpp.speculative import DraftLength
+
+PROMPT = "The quick brown fox"
+N_CTX = 128
+NEAR_TIE = 1e-3   # of the logit scale: where batched and single-token logits may disagree
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama: Path, tmp_path_factory, monkeypatch_module) -> RiverModel:
+    monkeypatch_module.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river="q4_0") as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def backbone_greedy(model: RiverModel, prompt, n: int) -> list[int]:
+    """The backbone's own greedy tokens: no exit anywhere."""
+    policy = model.policy
+    model.policy = ExitPolicy.never()
+    try:
+        model.reset()
+        return model.generate(prompt, max_tokens=n).token_ids
+    finally:
+        model.policy = policy
+
+
+def assert_backbone_tokens(model: RiverModel, prompt, expected: list[int], got: list[int]) -> None:
+    """got == expected, except from a position where the backbone's top two logits
+    (along `got`) tie within NEAR_TIE of their scale; such a position is reported."""
+    if got == expected:
+        return
+    i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    assert i < min(len(expected), len(got)), f"lengths differ: {len(expected)} vs {len(got)}"
+    ids = model.tokenize(prompt, add_bos=True, special=True) + got[:i]
+    model.reset()
+    logits = model.forward(ids, last_only=True, route="backbone")[0]
+    top2 = np.sort(logits)[-2:]
+    gap, scale = float(top2[1] - top2[0]), float(np.abs(logits).max())
+    assert gap < NEAR_TIE * scale, f"token {i} differs ({expected[i]} vs {got[i]}) with a top-2 gap of {gap}"
+    warnings.warn(f"speculative greedy differs from the backbone at token {i}, a near-tie (gap {gap:.2e})")
+
+
+# ---------------------------------------------------------------- greedy identity
+
+
+@pytest.mark.parametrize("spec", [
+    Speculative(),
+    Speculative(max_draft=4, adaptive=False),
+    Speculative(max_draft=3, p_min=0.5, adaptive=False),
+    Speculative(draft=ExitPolicy.at_layer(1), max_draft=2, adaptive=False),
+], ids=["default", "fixed-4", "p-min", "exit-policy-draft"])
+def test_greedy_speculative_is_the_backbone(model, spec):
+    expected = backbone_greedy(model, PROMPT, 40)
+    model.reset()
+    result = model.generate(PROMPT, max_tokens=40, speculative=spec)
+    assert_backbone_tokens(model, PROMPT, expected, result.token_ids)
+    stats = result.speculative
+    assert stats.generated >= len(result.token_ids) - 1
+    assert stats.rounds > 0 and 0 <= stats.accepted <= stats.drafted
+    assert all(layer == model.n_layer for layer in result.exit_layers)
+    if not spec.adaptive and spec.p_min == 0:
+        assert stats.drafted > 0
+
+
+def test_rejections_happen_and_are_repaired(model):
+    """The Q4_0 river of a random tiny model disagrees often: both paths are exercised."""
+    model.reset()
+    result = model.generate(PROMPT, max_tokens=60, speculative=Speculative(max_draft=4, adaptive=False))
+    stats = result.speculative
+    assert 0 < stats.accepted < stats.drafted
+
+
+def test_separate_draft_model(model, make_tiny_gguf):
+    """A different model with the same vocabulary drafts (classic speculation)."""
+    other = make_tiny_gguf("draft_other", seed=7)
+    with RiverModel(other, n_ctx=N_CTX, n_threads=1, river=None) as draft:
+        expected = backbone_greedy(model, PROMPT, 30)
+        model.reset()
+        result = model.generate(PROMPT, max_tokens=30, speculative=Speculative(draft=draft, max_draft=3,
+                                                                                 adaptive=False))
+        assert_backbone_tokens(model, PROMPT, expected, result.token_ids)
+        assert result.speculative.drafted > 0
+        assert draft.n_past <= model.n_past + 1
+
+
+def test_the_model_drafting_for_itself_accepts_everything(tiny_llama):
+    """The backbone file loaded twice: every drafted token is the backbone's."""
+    with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as target, \
+            RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as draft:
+        result = target.generate(PROMPT, max_tokens=30, speculative=Speculative(draft=draft, max_draft=4,
+                                                                                  adaptive=False))
+    stats = result.speculative
+    assert stats.drafted > 0
+    assert stats.accepted >= stats.drafted - 1   # a batch-vs-single near-tie at most
+
+
+def test_real_model_greedy_identity(demo_backbone, river_cache):
+    """The demo model with its default (Q8_0) river drafting and with a Q4_0 river."""
+    for river in ("q8_0", "q4_0"):
+        with RiverModel(demo_backbone, n_ctx=256, n_threads=1, river=river) as model:
+            prompt = model.tokenizer.apply_chat_template(
+                [{"role": "user", "content": "Write a short poem about a river and the sea."}])
+            expected = backbone_greedy(model, prompt, 48)
+            model.reset()
+            result = model.generate(prompt, max_tokens=48, speculative=True)
+            assert_backbone_tokens(model, prompt, expected, result.token_ids)
+            assert len(result.token_ids) == 48
+            assert result.speculative.acceptance_rate > 0.5
+
+
+# ---------------------------------------------------------------- the cache after rounds
+
+
+def test_cache_holds_the_backbones_kv(model):
+    """After speculative rounds every cached row is the backbone's (as a backbone-only
+    run writes it), not the river's the drafts wrote first."""
+    model.reset()
+    tokens = model.generate(PROMPT, max_tokens=30, speculative=Speculative(max_draft=4, adaptive=False))
+    ids = tokens.prompt_token_ids + tokens.token_ids
+    n = min(model.n_past, len(ids) - 1)   # a last round may have verified tokens past max_tokens
+    spec_k, spec_v = model.engine.read_kv(1, 0, n)
+    model.reset()
+    model.forward(ids[:n], route="backbone")
+    ref_k, ref_v = model.engine.read_kv(1, 0, n)
+    model.reset()
+    model.forward(ids[:n], route="decode")   # the river everywhere: what the drafts alone would leave
+    river_k, _ = model.engine.read_kv(1, 0, n)
+    river_error = np.abs(river_k - ref_k).max()
+    assert np.abs(spec_k - ref_k).max() < 0.05 * river_error
+    assert np.abs(spec_v - ref_v).max() < 0.05 * np.abs(ref_v).max()
+
+
+def test_prompt_cache_is_reused_only_for_backbone_rows(model):
+    model.reset()
+    ids = model.tokenize(PROMPT, add_bos=True, special=True)
+    model.forward(ids, route="backbone")
+    model.forward([1000], route="decode")   # a river row
+    assert model.cached_prefix(ids + [1000, 1001]) == len(ids)
+    assert model.cached_prefix(ids) == len(ids) - 1
+    assert model.cached_prefix([ids[0] + 1] + ids[1:]) == 0
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def _chi_square_quantile(df: int, z: float = 3.09) -> float:
+    """The chi-square quantile at the normal quantile z (3.09: 0.999), Wilson-Hilferty."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def _chi_square(observed: dict, expected: dict, n: int) -> tuple[float, int]:
+    """Pearson's statistic over cells of expected count >= 5 (the rest pooled) and its df."""
+    big = [c for c, p in expected.items() if p * n >= 5]
+    stat, pooled_obs, pooled_exp = 0.0, n, n
+    for cell in big:
+        e = expected[cell] * n
+        stat += (observed.get(cell, 0) - e) ** 2 / e
+        pooled_obs -= observed.get(cell, 0)
+        pooled_exp -= e
+    if pooled_exp >= 5:
+        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+        return stat, len(big)
+    return stat, len(big) - 1
+
+
+SAMPLING = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
+
+
+def _exact_joint(model: RiverModel, prompt_ids: list[int]) -> dict:
+    """The backbone's probability of each first two tokens under SAMPLING."""
+    sampler = Sampler(SamplingParams(**SAMPLING))
+    model.reset()
+    first = model.forward(prompt_ids, route="backbone")[-1]
+    joint = {}
+    ids1, p1 = sampler.distribution(first, prompt_ids)
+    for t1, q1 in zip(ids1, p1):
+        model.reset()
+        second = model.forward(prompt_ids + [int(t1)], route="backbone")[-1]
+        ids2, p2 = sampler.distribution(second, prompt_ids + [int(t1)])
+        for t2, q2 in zip(ids2, p2):
+            joint[(int(t1), int(t2))] = float(q1 * q2)
+    return joint
+
+
+@pytest.mark.parametrize("draft_kind", ["river", "other-model"])
+def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf, draft_kind):
+    """2000 seeded speculative samples of (t1, t2): t2 comes out of accept/reject or the
+    residual. Chi-square at 0.999 against the backbone's exact joint distribution; the
+    same test rejects the draft's own joint distribution, so it can fail."""
+    n = 2000
+    prompt_ids = model.tokenize(PROMPT, add_bos=True, special=True)
+    expected = _exact_joint(model, prompt_ids)
+    draft = None
+    if draft_kind == "other-model":
+        draft = RiverModel(make_tiny_gguf("draft_sampling", seed=11), n_ctx=N_CTX, n_threads=1, river=None)
+    spec = Speculative(draft=draft or "river", max_draft=2, adaptive=False)
+    observed: dict = {}
+    model.reset()
+    try:
+        for seed in range(n):
+            result = model.generate(prompt_ids, max_tokens=2, seed=seed, speculative=spec, **SAMPLING)
+            cell = tuple(result.token_ids[:2])
+            observed[cell] = observed.get(cell, 0) + 1
+    finally:
+        if draft is not None:
+            draft.close()
+    stat, df = _chi_square(observed, expected, n)
+    assert stat < _chi_square_quantile(df), f"chi-square {stat:.1f} with {df} df"
+
+
+
+def test_the_sampling_test_can_fail(model, make_tiny_gguf):
+    """The other model's own first-token distribution, as counts, fails the same test:
+    a loop that returned draft samples unchanged would be caught."""
+    n = 2000
+    prompt_ids = model.tokenize(PROMPT, add_bos=True, special=True)
+    exact_first: dict = {}
+    for (t1, _), p in _exact_joint(model, prompt_ids).items():
+        exact_first[t1] = exact_first.get(t1, 0.0) + p
+    sampler = Sampler(SamplingParams(**SAMPLING))
+    with RiverModel(make_tiny_gguf("draft_sampling", seed=11), n_ctx=N_CTX, n_threads=1, river=None) as draft:
+        ids, probs = sampler.distribution(draft.forward(prompt_ids, route="backbone")[-1], prompt_ids)
+    draft_counts = {int(t): float(p) * n for t, p in zip(ids, probs)}
+    stat, df = _chi_square(draft_counts, exact_first, n)
+    assert stat > _chi_square_quantile(df)
+
+
+# ---------------------------------------------------------------- draft length
+
+
+def _feed(length: DraftLength, *, rounds: int, acceptance: float, draft_cost: float, verify_one: float,
+          verify_slope: float) -> list[int]:
+    """Simulated rounds with deterministic costs; the lengths chosen."""
+    chosen = []
+    for _ in range(rounds):
+        k = length.next(room=1000)
+        chosen.append(k)
+        accepted = 0
+        while accepted < k and (accepted + 1) <= round(acceptance * k + 1e-9):
+            accepted += 1
+        length.observe(n_drafted=k, n_accepted=min(accepted, k), draft_seconds=k * draft_cost,
+                       verify_seconds=verify_one * (1 + verify_slope * k), draft_forwards=k)
+    return chosen
+
+
+def test_draft_length_stops_drafting_when_it_does_not_pay():
+    length = DraftLength(8, adaptive=True)
+    chosen = _feed(length, rounds=100, acceptance=0.0, draft_cost=0.6, verify_one=1.0, verify_slope=0.8)
+    tail = chosen[50:]
+    assert tail.count(0) >= len(tail) - 2   # plain decoding, with a rare probe
+
+
+def test_draft_length_drafts_long_when_acceptance_is_high():
+    length = DraftLength(8, adaptive=True)
+    chosen = _feed(length, rounds=60, acceptance=1.0, draft_cost=0.2, verify_one=1.0, verify_slope=0.1)
+    assert min(chosen[20:]) >= 6
+
+
+def test_fixed_draft_length():
+    length = DraftLength(5, adaptive=False)
+    assert [length.next(room=100) for _ in range(3)] == [5, 5, 5]
+    assert length.next(room=2) == 2
+
+
+# ---------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(max_draft=0), "max_draft"),
+    (dict(max_draft=1.5), "max_draft"),
+    (dict(p_min=1.0), "p_min"),
+    (dict(p_min=float("nan")), "p_min"),
+    (dict(draft="tiny"), "draft"),
+])
+def test_invalid_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        Speculative(**options)
+
+
+def test_river_draft_needs_a_river(tiny_llama):
+    with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as plain:
+        with pytest.raises(ValueError, match="river"):
+            plain.generate(PROMPT, max_tokens=4, speculative=True)
+
+
+def test_speculative_option_type(model):
+    with pytest.raises(TypeError, match="speculative"):
+        model.generate(PROMPT, max_tokens=4, speculative="yes")
