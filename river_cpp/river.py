@@ -16,12 +16,12 @@ from typing import Mapping, Optional
 
 from river_cpp import _core
 from river_cpp.cache import cache_dir, file_identity
+from river_cpp.gguf_info import read_gguf_info
+from river_cpp.presets import DEFAULT
 
-# The defaults a RiverModel starts from, chosen by `river-cpp eval` on the demo model
-# (docs/results.md): a Q8_0 river with a Q8_0 head, decoding every token after a
-# backbone prompt, was the one River configuration beyond llama.cpp's ladder.
-DEFAULT_RIVER_TYPE = "q8_0"
-DEFAULT_HEAD_TYPE = "q8_0"
+# A river built without further instructions: the `default` preset's types.
+DEFAULT_RIVER_TYPE = DEFAULT.river
+DEFAULT_HEAD_TYPE = DEFAULT.river_head if isinstance(DEFAULT.river_head, str) else DEFAULT.river
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,8 @@ def _river_metadata(backbone_path: Path, spec: RiverSpec) -> dict[str, str]:
 
 def _string_metadata(path: Path, keys) -> Optional[dict]:
     """The given string keys of a GGUF's metadata, or None when it cannot be read."""
-    from gguf import GGUFReader
-
     try:
-        reader = GGUFReader(path)
-        values = {}
-        for key in keys:
-            f = reader.get_field(key)
-            values[key] = None if f is None else bytes(f.parts[f.data[0]]).decode("utf-8")
-        return values
-    except (OSError, ValueError, IndexError, KeyError):
+        metadata = read_gguf_info(path).metadata
+    except (OSError, _core.RiverError):
         return None
+    return {key: metadata.get(key) for key in keys}

@@ -55,7 +55,7 @@ EVAL_SMALL = ["--tau", "0.75", "--variants", "none", "--tokens", "8", "--prefix"
 
 
 def test_eval_prints_statistics_and_a_table_and_writes_json(tiny_llama4, tmp_path, capsys):
-    from river_cpp.comparison import Comparison
+    from river_cpp.measure.comparison import Comparison
 
     out = tmp_path / "eval.json"
     assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "F16", "--json", str(out)]) == 0
@@ -69,7 +69,7 @@ def test_eval_prints_statistics_and_a_table_and_writes_json(tiny_llama4, tmp_pat
 
 def test_eval_reads_corpus_files_and_plots_with_bench_speeds(tiny_llama4, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install river-cpp[plot])")
-    from river_cpp.bench import REFERENCE, BenchReport, BenchRow
+    from river_cpp.measure.bench import REFERENCE, BenchReport, BenchRow
 
     text = tmp_path / "notes.txt"
     text.write_text("The river runs past the mill and under the old stone bridge. " * 20, encoding="utf-8")

@@ -1,7 +1,9 @@
-"""Helpers several subcommands share: the default model, list options, layer counts."""
+"""Helpers several subcommands share: the default model, list options, layer counts,
+the lossless-River options."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Optional, Sequence
 
@@ -26,11 +28,12 @@ def choices(given: Optional[Sequence[str]], default: Sequence[str]) -> list[str]
 
 
 def n_layer(path: "str | os.PathLike[str]") -> int:
-    """The backbone's layer count, from a model loaded without a river."""
-    from river_cpp import RiverModel
+    """The backbone's layer count, from its GGUF header (no model is loaded)."""
+    from river_cpp.gguf_info import read_gguf_info
 
-    with RiverModel(path, river=None, n_ctx=16, n_threads=1) as model:
-        return model.n_layer
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    return int(read_gguf_info(path).n_layer)
 
 
 def check_output_folder(path: Optional[str], option: str) -> None:
@@ -39,3 +42,26 @@ def check_output_folder(path: Optional[str], option: str) -> None:
 
     if path and not Path(path).resolve().parent.is_dir():
         raise FileNotFoundError(f"no folder for {option}: {Path(path).parent}")
+
+
+def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
+    """--speculative, --draft-max and --draft-p-min (generate, eval, humaneval)."""
+    from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
+
+    group = p.add_argument_group("lossless River (speculative decoding)")
+    group.add_argument("--speculative", action="store_true",
+                       help="the river drafts tokens, the backbone verifies them: the backbone's own tokens")
+    group.add_argument("--draft-max", type=int, default=DEFAULT_MAX_DRAFT, metavar="N",
+                       help=f"with --speculative: most drafted tokens per round (default {DEFAULT_MAX_DRAFT})")
+    group.add_argument("--draft-p-min", type=float, default=DEFAULT_P_MIN, metavar="P",
+                       help="with --speculative: stop a round's draft below this top probability "
+                            f"(default {DEFAULT_P_MIN:g}: never)")
+
+
+def speculative(args: argparse.Namespace):
+    """The river_cpp.Speculative that --speculative asks for, or None."""
+    if not args.speculative:
+        return None
+    from river_cpp.speculative import Speculative
+
+    return Speculative(max_draft=args.draft_max, p_min=args.draft_p_min)

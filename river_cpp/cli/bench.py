@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from river_cpp.cli._common import choices, model_path, n_layer
+from river_cpp.presets import PAPER
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -18,9 +19,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
     p.add_argument("--tau", type=float, nargs="+", default=[0.97, 0.98, 0.99], metavar="TAU",
                    help="River thresholds to measure (default 0.97 0.98 0.99)")
-    p.add_argument("--river", default="q4_0", metavar="TYPE|none",
-                   help="river type (default q4_0); none: our backbone and the peers only")
-    p.add_argument("--min-layer", type=int, default=2, metavar="N", help="with --tau: at least N backbone layers (2)")
+    p.add_argument("--river", default=PAPER.river, metavar="TYPE|none",
+                   help=f"river type (default {PAPER.river}, the paper's); none: our backbone and the peers only")
+    p.add_argument("--min-layer", type=int, default=PAPER.min_layer, metavar="N",
+                   help=f"with --tau: at least N backbone layers ({PAPER.min_layer})")
     p.add_argument("--no-full-river", action="store_true", help="leave out the full river (every layer 4-bit)")
     p.add_argument("--variants", nargs="+", default=["none"], metavar="NAME",
                    help="also the configurations `river-cpp eval` adds: update_norm backbone_prompt river_types head, "
@@ -42,11 +44,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from river_cpp.bench import DEFAULT_PEERS, default_configs, measure
+    from river_cpp.measure.bench import DEFAULT_PEERS, default_configs, measure
 
     if args.json and not Path(args.json).parent.is_dir():  # found out before the run, not after it
         raise FileNotFoundError(f"no folder for --json: {Path(args.json).parent}")
-    from river_cpp import comparison as cmp
+    from river_cpp.measure import comparison as cmp
 
     river = None if args.river.lower() == "none" else args.river
     peers = [rung.upper() for rung in choices(args.peers, DEFAULT_PEERS)]

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from river_cpp.cli._common import model_path
+from river_cpp.presets import PAPER
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -21,9 +22,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                                           "least this often (e.g. 0.97)")
     target.add_argument("--max-kld", type=float, metavar="X", help="keep the mean KL divergence at most X (nats)")
     p.add_argument("--output", "-o", metavar="FILE", default="policy.json", help="policy file (default policy.json)")
-    p.add_argument("--river", default="q4_0", metavar="TYPE", help="river type (default q4_0)")
+    p.add_argument("--river", default=PAPER.river, metavar="TYPE",
+                   help=f"river type (default {PAPER.river}, the paper's)")
     p.add_argument("--signal", default="cosine", choices=["cosine", "update_norm"], help="exit signal (cosine)")
-    p.add_argument("--min-layer", type=int, default=2, metavar="N", help="at least N backbone layers (2)")
+    p.add_argument("--min-layer", type=int, default=PAPER.min_layer, metavar="N",
+                   help=f"at least N backbone layers ({PAPER.min_layer})")
     p.add_argument("--corpus", nargs="+", metavar="FILE", help="text files (default: as for eval)")
     p.add_argument("--tokens", type=int, default=1024, metavar="N",
                    help="decode positions of the calibration half, and of the held-out half (1024)")
@@ -38,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from river_cpp import RiverModel
-    from river_cpp.calibrate import Target, calibrate, split_workloads
-    from river_cpp.corpus import load_corpus
+    from river_cpp.measure.calibrate import Target, calibrate, split_workloads
+    from river_cpp.measure.corpus import load_corpus
 
     target = Target(top1=args.target_top1, max_kld=args.max_kld)
     if not Path(args.output).resolve().parent.is_dir():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import choices, model_path, n_layer
+from river_cpp.cli._common import add_speculative_arguments, choices, model_path, n_layer, speculative
+from river_cpp.presets import PAPER
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,8 +27,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="tau of the river-type and head variants (default 0.98)")
     p.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                    help="extensions to run: update_norm backbone_prompt river_types head (default: all); none")
-    p.add_argument("--river", default="q4_0", metavar="TYPE", help="river type (default q4_0)")
-    p.add_argument("--min-layer", type=int, default=2, metavar="N", help="with --tau: at least N backbone layers (2)")
+    p.add_argument("--river", default=PAPER.river, metavar="TYPE",
+                   help=f"river type (default {PAPER.river}, the paper's)")
+    p.add_argument("--min-layer", type=int, default=PAPER.min_layer, metavar="N",
+                   help=f"with --tau: at least N backbone layers ({PAPER.min_layer})")
     p.add_argument("--ladder", nargs="+", default=None, metavar="RUNG",
                    help="llama.cpp rungs: F16 (the backbone file) Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 (default: all); none")
     p.add_argument("--corpus", nargs="+", metavar="FILE",
@@ -50,6 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     speed.add_argument("--bench", metavar="FILE", help="decode speeds for the plot: a `river-cpp bench --json` file")
     speed.add_argument("--measure-speed", action="store_true",
                        help="measure the plot's decode speeds here (river-cpp bench's tg128, 3 repetitions)")
+    add_speculative_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -59,11 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from river_cpp import comparison as cmp
     from river_cpp._ggml import set_ggml_verbosity
-    from river_cpp.bench import DEFAULT_PEERS, BenchReport, measure
-    from river_cpp.corpus import load_corpus, token_chunks
-    from river_cpp.pareto import plot_pareto, speed_ratios
+    from river_cpp.measure import comparison as cmp
+    from river_cpp.measure.bench import DEFAULT_PEERS, BenchReport, measure
+    from river_cpp.measure.corpus import load_corpus, token_chunks
+    from river_cpp.measure.pareto import plot_pareto, speed_ratios
     from river_cpp.tokenizer import Tokenizer
 
     for option in (args.json, args.plot):  # found out before the run, not after it
@@ -107,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             tqdm.write(row.quality.block(row.name) + "\n")
 
         result = cmp.run_comparison(path, entries, work, ladder=ladder, n_threads=args.threads,
+                                    speculative=speculative(args),
                                     seed=args.seed, progress=progress, on_row=on_row,
                                     corpus=sorted({d.source for d in documents}))
         if args.json:

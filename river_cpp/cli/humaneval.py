@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import choices, model_path
+from river_cpp.cli._common import add_speculative_arguments, choices, model_path, speculative
+from river_cpp.presets import PAPER
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -21,8 +22,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="River thresholds (default 0.98 when no --policy is given)")
     p.add_argument("--policy", nargs="+", default=[], metavar="FILE",
                    help="policy files from `river-cpp calibrate`, each a River configuration named after its file")
-    p.add_argument("--river", default="q4_0", metavar="TYPE", help="river type (default q4_0)")
-    p.add_argument("--min-layer", type=int, default=2, metavar="N", help="with --tau: at least N backbone layers (2)")
+    p.add_argument("--river", default=PAPER.river, metavar="TYPE",
+                   help=f"river type (default {PAPER.river}, the paper's)")
+    p.add_argument("--min-layer", type=int, default=PAPER.min_layer, metavar="N",
+                   help=f"with --tau: at least N backbone layers ({PAPER.min_layer})")
     p.add_argument("--peers", nargs="+", default=None, metavar="RUNG",
                    help="llama.cpp peers: F16 (the backbone file) and quantizations of it, Q8_0 Q6_K Q5_K_M Q4_K_M "
                         "Q4_0 (default Q4_K_M Q8_0); none for no peers")
@@ -32,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads, ours and llama.cpp's (default: all)")
     p.add_argument("--json", metavar="OUT", help="also write per-problem results as JSON to OUT (after each "
                                                  "configuration, so a long run keeps what finished)")
+    add_speculative_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -40,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from river_cpp import humaneval as he
-    from river_cpp.configs import RiverConfig, backbone_config, river_at_tau
-    from river_cpp.ladder import ladder_path
+    from river_cpp.measure import humaneval as he
+    from river_cpp.measure.configs import RiverConfig, backbone_config, river_at_tau
+    from river_cpp.measure.ladder import ladder_path
     from river_cpp.policy import ExitPolicy
 
     if args.json and not Path(args.json).resolve().parent.is_dir():  # found out before the run, not after it
@@ -70,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             report.save(args.json)
 
     report = he.run_humaneval(path, targets, problems, max_tokens=args.max_tokens, timeout=args.timeout,
+                              speculative=speculative(args),
                               n_threads=args.threads, progress=progress, on_config=on_config)
     print(report.table())
     if args.json:

@@ -23,11 +23,12 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.comparison import Progress, Workload, forced_positions, reference_run
-from river_cpp.corpus import Document, TextTokenizer, split_corpus, token_chunks
-from river_cpp.evaluate import QualityReport
+from river_cpp.measure.comparison import Progress, Workload, forced_positions, reference_run
+from river_cpp.measure.corpus import Document, TextTokenizer, split_corpus, token_chunks
+from river_cpp.measure.evaluate import QualityReport, teacher_forced
 from river_cpp.model import RiverModel
 from river_cpp.policy import NEVER, ExitPolicy
+from river_cpp.presets import PAPER
 
 UNIFORM, PER_LAYER = "uniform", "per-layer"
 # A signal cannot exceed 1 (cosine, 1 - relative update), so a threshold above it never exits.
@@ -117,12 +118,15 @@ def backbone_signals(model: RiverModel, work: Workload, *, signal: str, progress
     exiting: [positions, n_layer], NaN at depth 0."""
     model.policy = ExitPolicy.uniform(_NEVER_EXITS, min_layer=1, signal=signal)
     rows = []
-    for chunk in progress(work.chunks, "signals"):
-        model.reset()
-        model.forward(chunk[:work.prefix], last_only=True)
-        for token in chunk[work.prefix:-1]:
-            model.forward([token], last_only=True)
+
+    def record(i: int) -> None:
+        # before the forward of row i: row i - 1's came from decode step i - 1 (row 0: the prefill)
+        if i > 1:
             rows.append(np.array(model.engine.last_similarities, dtype=np.float64))
+
+    for chunk in progress(work.chunks, "signals"):
+        teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=record)
+        rows.append(np.array(model.engine.last_similarities, dtype=np.float64))  # the last decode step
     return np.stack(rows)
 
 
@@ -146,7 +150,7 @@ def bisect(measure: Callable[[float], Trial], target: Target, low: float, high: 
 
 
 def calibrate(model: RiverModel, calibration: Workload, target: Target, *, held_out: Optional[Workload] = None,
-              signal: str = "cosine", min_layer: int = 2, steps: int = 7, families: Sequence[str] = (UNIFORM, PER_LAYER),
+              signal: str = "cosine", min_layer: int = PAPER.min_layer, steps: int = 7, families: Sequence[str] = (UNIFORM, PER_LAYER),
               progress: Progress = _no_progress) -> Calibration:
     """Thresholds that meet `target` on `calibration` at the least mean exit depth.
 

@@ -7,7 +7,8 @@ the same tokens are the reference. River configurations of a tau sweep get two
 controls at the same depths: a static split at their rounded mean exit layer, and
 the same multiset of exit depths dealt to random positions (does the signal choose
 well, or does only the depth mix matter?). llama.cpp's quantizations of the backbone
-are run the same way through llama-cpp-python. The plot lives in river_cpp.pareto.
+are run the same way through LlamaCppPeer (in one batch: they take no per-token
+decisions). The plot lives in river_cpp.measure.pareto.
 """
 
 from __future__ import annotations
@@ -16,26 +17,45 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.configs import (RiverConfig, decode_on_river, full_river, peer_name, river_at_tau, with_head,
-                               with_last_layers)
-from river_cpp.corpus import Document, TextTokenizer, document_tokens
-from river_cpp.evaluate import (ForcedRun, Positions, QualityReport, greedy_tokens, standard_error,
-                                teacher_forced, tokens_until_divergence)
+from river_cpp.language_model import LanguageModel
+from river_cpp.measure.configs import (
+    RiverConfig,
+    decode_on_river,
+    full_river,
+    peer_name,
+    river_at_tau,
+    with_head,
+    with_last_layers,
+)
+from river_cpp.measure.corpus import Document, TextTokenizer, document_tokens
+from river_cpp.measure.evaluate import (
+    ForcedRun,
+    Positions,
+    QualityReport,
+    greedy_tokens,
+    standard_error,
+    teacher_forced,
+    tokens_until_divergence,
+)
+from river_cpp.measure.weight_bytes import WeightBytes
 from river_cpp.model import RiverModel
 from river_cpp.policy import ExitPolicy
-from river_cpp.weight_bytes import WeightBytes
+from river_cpp.presets import DEFAULT, PAPER
+
+if TYPE_CHECKING:
+    from river_cpp.speculative import Speculative
 
 FORMAT = "river-cpp-eval/1"
 # The extensions beyond the paper's River that `eval` can add (issue 5's b-e).
 VARIANTS = ("update_norm", "backbone_prompt", "river_types", "head")
-VARIANT_RIVER_TYPES = ("iq4_nl", "q8_0")
-# Q4_0 with its last MIXED_LAST layers in MIXED_TYPE: where low bits cost most.
-MIXED_LAST, MIXED_TYPE = 4, "q8_0"
-HEAD_TYPE = "q8_0"
+VARIANT_RIVER_TYPES = ("iq4_nl", DEFAULT.river)
+# The paper's river with its last MIXED_LAST layers in MIXED_TYPE: where low bits cost most.
+MIXED_LAST, MIXED_TYPE = 4, DEFAULT.river
+HEAD_TYPE = DEFAULT.river_head
 _MIB = 1024 * 1024
 # Row groups: what a row is, for tables and plots.
 STATIC, RANDOM, VARIANT, FULL_RIVER, LLAMA = "static control", "random control", "variant", "full river", "llama.cpp"
@@ -58,8 +78,8 @@ class Entry:
     controls: bool = False
 
 
-def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = (), river: str = "q4_0",
-         min_layer: int = 2, variant_tau: float = 0.98, variants: Sequence[str] = VARIANTS) -> list[Entry]:
+def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = (), river: str = PAPER.river,
+         min_layer: int = PAPER.min_layer, variant_tau: float = 0.98, variants: Sequence[str] = VARIANTS) -> list[Entry]:
     """The configurations to compare, ordered so that those sharing a river are adjacent.
 
     taus: the paper's River (cosine signal), with controls. signal_taus: the same with
@@ -250,7 +270,7 @@ def _no_progress(items: Sequence, desc: str) -> Sequence:
     return items
 
 
-def forced_positions(model: RiverModel, work: Workload, reference: Sequence[np.ndarray], *,
+def forced_positions(model: LanguageModel, work: Workload, reference: Sequence[np.ndarray], *,
                      step_for: Callable[[int], Step] = lambda chunk: None,
                      progress: Progress = _no_progress, desc: str = "") -> tuple[Positions, np.ndarray]:
     """Teacher-force every chunk; compare its decode steps with the reference's rows.
@@ -266,10 +286,10 @@ def forced_positions(model: RiverModel, work: Workload, reference: Sequence[np.n
     return Positions.concatenate(parts), np.concatenate(exits)
 
 
-def _forced_chunk(model: RiverModel, work: Workload, c: int, step: Step) -> ForcedRun:
+def _forced_chunk(model: LanguageModel, work: Workload, c: int, step: Step, *, batched: bool = False) -> ForcedRun:
     """Chunk c teacher-forced; row 0 (the prefill's own prediction) dropped."""
     chunk = work.chunks[c]
-    run = teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=step)
+    run = teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=step, batched=batched)
     run.logits, run.exit_layers = run.logits[1:], run.exit_layers[1:]
     return run
 
@@ -284,18 +304,20 @@ def reference_run(model: RiverModel, work: Workload, progress: Progress = _no_pr
     return logits, greedy
 
 
-def mean_divergence(model: RiverModel, work: Workload, reference_greedy: Sequence[Sequence[int]],
-                    step: Step = None) -> float:
+def mean_divergence(model: LanguageModel, work: Workload, reference_greedy: Sequence[Sequence[int]],
+                    step: Step = None, speculative: Optional["Speculative"] = None) -> float:
     """Mean greedy tokens-until-divergence from the backbone over the prompts."""
-    return float(np.mean([tokens_until_divergence(ref, greedy_tokens(model, p, len(ref), before_step=step))
+    return float(np.mean([tokens_until_divergence(ref, greedy_tokens(model, p, len(ref), before_step=step,
+                                                                     speculative=speculative))
                           for p, ref in zip(work.prompts, reference_greedy)]))
 
 
 def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Sequence[np.ndarray],
                reference_greedy: Sequence[Sequence[int]], weights: WeightBytes, *, seed: int = 0,
-               progress: Progress = _no_progress) -> Iterator[Row]:
+               progress: Progress = _no_progress, speculative: Optional["Speculative"] = None) -> Iterator[Row]:
     """The rows of one configuration (on a model loaded with its river, tail and head),
-    then, when the entry asks for them, its static and random-exit controls."""
+    then, when the entry asks for them, its static and random-exit controls.
+    speculative: its greedy runs (tokens until divergence) are lossless River's."""
     config = entry.config
 
     def per_token(exit_layers: np.ndarray) -> float:
@@ -305,7 +327,7 @@ def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Seque
     config.apply(model)
     positions, exits = forced_positions(model, work, reference, progress=progress, desc=config.name)
     yield Row(config.name, entry.group, QualityReport.from_positions(positions), per_token(exits),
-              float(exits.mean()), mean_divergence(model, work, reference_greedy))
+              float(exits.mean()), mean_divergence(model, work, reference_greedy, speculative=speculative))
     if not entry.controls:
         return
 
@@ -325,7 +347,7 @@ def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Seque
                                                       progress=progress, desc=f"static k={k}")
     yield Row(f"{config.name}: static k={k}", STATIC, QualityReport.from_positions(static_positions),
               per_token(static_exits), float(static_exits.mean()),
-              mean_divergence(model, work, reference_greedy, static), control_of=config.name,
+              mean_divergence(model, work, reference_greedy, static, speculative), control_of=config.name,
               **excess(static_positions))
 
     dealt = np.random.default_rng(seed).permutation(exits).reshape(len(work.chunks), work.forced)
@@ -342,38 +364,18 @@ def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Seque
 def llama_row(path: Path, name: str, work: Workload, reference: Sequence[np.ndarray],
               reference_greedy: Sequence[Sequence[int]], *, n_threads: int,
               progress: Progress = _no_progress) -> Row:
-    """A llama.cpp model (llama-cpp-python, every position's logits) on the same chunks:
-    each chunk in one batch, as quantization needs no per-token decisions."""
-    import llama_cpp
+    """A llama.cpp model (LlamaCppPeer) on the same chunks: each chunk in one batch with
+    every position's logits, as quantization needs no per-token decisions."""
+    from river_cpp.measure.llama_peer import LlamaCppPeer
 
-    llm = llama_cpp.Llama(str(path), n_ctx=work.n_ctx, n_batch=512, n_threads=n_threads,
-                          n_threads_batch=n_threads, logits_all=True, verbose=False)
-    try:
+    with LlamaCppPeer(path, n_ctx=work.n_ctx, n_threads=n_threads, name=name) as peer:
         parts = []
         for c in progress(range(len(work.chunks)), name):
-            chunk = work.chunks[c]
-            llm.reset()
-            llm.eval(chunk[:work.prefix + work.forced])
-            # score row j predicts token j + 1: the measured positions are prefix .. prefix + forced - 1
-            logits = np.array(llm.scores[work.prefix:work.prefix + work.forced], dtype=np.float32)
-            parts.append(Positions.compare(reference[c], logits))
-        divergence = float(np.mean([tokens_until_divergence(ref, _llama_greedy(llm, p, len(ref)))
-                                    for p, ref in zip(work.prompts, reference_greedy)]))
-    finally:
-        llm.close()
+            run = _forced_chunk(peer, work, c, None, batched=True)
+            parts.append(Positions.compare(reference[c], run.logits))
+        divergence = mean_divergence(peer, work, reference_greedy)
     return Row(name, LLAMA, QualityReport.from_positions(Positions.concatenate(parts)),
                float(WeightBytes.of_files(path).full_backbone()), None, divergence)
-
-
-def _llama_greedy(llm, prompt: Sequence[int], n_tokens: int) -> list[int]:
-    llm.reset()
-    llm.eval(list(prompt))
-    out: list[int] = []
-    while len(out) < n_tokens:
-        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        if len(out) < n_tokens:
-            llm.eval([out[-1]])
-    return out
 
 
 def _load_key(config: RiverConfig) -> tuple:
@@ -384,15 +386,16 @@ def _load_key(config: RiverConfig) -> tuple:
 def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], work: Workload, *,
                    ladder: Sequence[str] = (), n_threads: Optional[int] = None, seed: int = 0,
                    progress: Progress = _no_progress, on_row: Callable[[Row], None] = lambda row: None,
-                   corpus: Sequence[str] = ()) -> Comparison:
+                   corpus: Sequence[str] = (), speculative: Optional["Speculative"] = None) -> Comparison:
     """Measure every entry (and its controls) and every ladder rung against the backbone.
 
     ladder: llama.cpp rungs: "F16" is the backbone GGUF itself, others LADDER_TYPES keys.
     progress(items, desc) wraps each loop (e.g. in a progress bar); on_row sees each
-    row as soon as it is measured.
+    row as soon as it is measured. speculative: River rows' greedy runs are lossless
+    River's (their tokens until divergence then measure the verification, not the exits).
     """
-    from river_cpp.bench import BACKBONE_RUNG
-    from river_cpp.ladder import ladder_path
+    from river_cpp.measure.bench import BACKBONE_RUNG
+    from river_cpp.measure.ladder import ladder_path
     from river_cpp.model import default_n_threads
 
     work.check()
@@ -420,7 +423,7 @@ def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], 
                 key = _load_key(entry.config)
                 weights = backbone_weights.with_river(model.river_path)
             for row in river_rows(model, entry, work, reference, reference_greedy, weights, seed=seed,
-                                  progress=progress):
+                                  progress=progress, speculative=speculative if model.has_river else None):
                 add(row)
     finally:
         if model is not None:

@@ -1,4 +1,4 @@
-"""Named River configurations: what `river-cpp bench`, `eval` and `calibrate` compare.
+"""Named River configurations: what `river-cpp bench`, `eval`, `calibrate` and `humaneval` compare.
 
 A configuration is everything that decides which weights a token multiplies with —
 the river's types, the exit policy, the prefill mode, the tail and the head — so
@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Union
 
 from river_cpp.model import RiverModel
 from river_cpp.policy import ExitPolicy
+from river_cpp.presets import PAPER
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,11 @@ class RiverConfig:
 
     name: str
     policy: ExitPolicy = field(default_factory=ExitPolicy.never)
-    river: Optional[str] = "q4_0"            # a river type, a river file, or None (backbone only)
+    river: Optional[str] = PAPER.river       # a river type, a river file, or None (backbone only)
     river_types: Mapping[int, str] = field(default_factory=dict)
-    prefill: str = "exit"
+    prefill: str = PAPER.prefill
     tail_layers: int = 0
-    river_head: Union[bool, str] = False    # True: a head of the river's type; or a type name
+    river_head: Union[bool, str] = PAPER.river_head   # True: a head of the river's type; or a type name
 
     def load(self, backbone: Union[str, os.PathLike], *, n_ctx: int = 2048, n_threads: Optional[int] = None,
              progress: bool = False) -> RiverModel:
@@ -45,18 +46,20 @@ def backbone_config() -> RiverConfig:
     return RiverConfig("backbone", river=None)
 
 
-def river_at_tau(tau: float, *, river: str = "q4_0", min_layer: int = 2, signal: str = "cosine") -> RiverConfig:
+def river_at_tau(tau: float, *, river: str = PAPER.river, min_layer: int = PAPER.min_layer,
+                 signal: str = "cosine") -> RiverConfig:
     """The paper's River: exit when the state signal passes tau, checked from min_layer."""
-    name = f"river tau={tau:g}" + ("" if signal == "cosine" else f" {signal}") + ("" if river == "q4_0" else f" {river}")
+    name = f"river tau={tau:g}" + ("" if signal == "cosine" else f" {signal}") + ("" if river == PAPER.river
+                                                                                    else f" {river}")
     return RiverConfig(name, ExitPolicy.uniform(tau, min_layer=min_layer, signal=signal), river=river)
 
 
-def full_river(river: str = "q4_0") -> RiverConfig:
+def full_river(river: str = PAPER.river) -> RiverConfig:
     """Every token, prompt included, on the river: the 4-bit model River is built from."""
     return RiverConfig(f"full river {river}", ExitPolicy.at_layer(0), river=river)
 
 
-def decode_on_river(river: str = "q4_0") -> RiverConfig:
+def decode_on_river(river: str = PAPER.river) -> RiverConfig:
     """The prompt on the backbone (full-precision KV), every decoded token on the river."""
     return RiverConfig(f"backbone prompt, river decode {river}", ExitPolicy.at_layer(0), river=river,
                        prefill="backbone")

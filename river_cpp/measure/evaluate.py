@@ -9,13 +9,66 @@ greedy tokens-until-divergence.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.model import RiverModel
+from river_cpp.generation import generate_step
+from river_cpp.language_model import LanguageModel
 from river_cpp.policy import ExitPolicy
+
+if TYPE_CHECKING:
+    from river_cpp.model import RiverModel
+    from river_cpp.speculative import Speculative
+
+
+# ---------------------------------------------------------------- samplers
+
+
+class ForcedTokens:
+    """A sampler that chooses `tokens` in order whatever the logits: teacher forcing.
+
+    Past the end it chooses the last token again; a caller that stops after
+    len(tokens) steps never feeds that choice. `after(i)`, when given, runs once the
+    i-th choice is made, before the forward that feeds it (for per-token policies).
+    """
+
+    def __init__(self, tokens: Sequence[int], *, after: Optional[Callable[[int], None]] = None) -> None:
+        if not len(tokens):
+            raise ValueError("nothing to force: no tokens")
+        self.tokens = [int(t) for t in tokens]
+        self.after = after
+        self.n_chosen = 0
+
+    def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        i = self.n_chosen
+        self.n_chosen += 1
+        if self.after is not None:
+            self.after(i)
+        return self.tokens[min(i, len(self.tokens) - 1)]
+
+
+def greedy(logits: np.ndarray, history: Sequence[int]) -> int:
+    """The greedy sampler: the most likely token (no penalties)."""
+    return int(np.argmax(logits))
+
+
+def _then(sampler: Callable[[np.ndarray, Sequence[int]], int], after: Optional[Callable[[int], None]]):
+    """`sampler`, followed by after(i) once the i-th token is chosen."""
+    if after is None:
+        return sampler
+    count = itertools.count()
+
+    def sample(logits: np.ndarray, history: Sequence[int]) -> int:
+        token = sampler(logits, history)
+        after(next(count))
+        return token
+    return sample
+
+
+# ---------------------------------------------------------------- runs
 
 
 @dataclass
@@ -26,24 +79,30 @@ class ForcedRun:
     exit_layers: np.ndarray   # [n]
 
 
-def teacher_forced(model: RiverModel, prompt: Sequence[int], continuation: Sequence[int], *,
-                   before_step: Optional[Callable[[int], None]] = None) -> ForcedRun:
-    """Prefill `prompt`, then feed `continuation` one token at a time.
+def teacher_forced(model: LanguageModel, prompt: Sequence[int], continuation: Sequence[int], *,
+                   before_step: Optional[Callable[[int], None]] = None, batched: bool = False) -> ForcedRun:
+    """From an empty cache, prefill `prompt`, then feed `continuation` one token at a
+    time (generation's loop, choosing the continuation's tokens).
 
     Row i of the result is the distribution over continuation[i]. `before_step(i)`
     runs before the forward that produces row i (for per-token policies).
+    batched: one forward of prompt + continuation[:-1] instead, for a model whose
+    tokens take no per-token decisions (llama.cpp: the same logits, much faster).
     """
     model.reset()
-    rows, exits = [], []
-    if before_step:
+    if batched:
+        if before_step is not None:
+            raise ValueError("a batched run takes no per-token policy")
+        logits = model.forward(list(prompt) + list(continuation[:-1]), route="backbone")[len(prompt) - 1:]
+        return ForcedRun(np.array(logits, dtype=np.float32), np.asarray(model.last_exit_layers[len(prompt) - 1:]))
+    if before_step is not None:
         before_step(0)
-    rows.append(model.forward(prompt, last_only=True)[0])
-    exits.append(int(model.last_exit_layers[-1]))
-    for i, token in enumerate(continuation[:-1], start=1):
-        if before_step:
-            before_step(i)
-        rows.append(model.forward([token], last_only=True)[0])
-        exits.append(int(model.last_exit_layers[0]))
+    after = None if before_step is None else (lambda i: before_step(i + 1) if i + 1 < len(continuation) else None)
+    rows, exits = [], []
+    for step in itertools.islice(generate_step(model, prompt, ForcedTokens(continuation, after=after)),
+                                 len(continuation)):
+        rows.append(step.logits.copy())
+        exits.append(step.exit_layer)
     return ForcedRun(np.stack(rows), np.asarray(exits))
 
 
@@ -163,25 +222,23 @@ def standard_error(values: np.ndarray) -> float:
     return float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
 
 
-def greedy_tokens(model: RiverModel, prompt: Sequence[int], n_tokens: int, *,
-                  before_step: Optional[Callable[[int], None]] = None) -> list[int]:
-    """The greedy continuation under the model's current policy (no stop tokens).
+def greedy_tokens(model: LanguageModel, prompt: Sequence[int], n_tokens: int, *,
+                  before_step: Optional[Callable[[int], None]] = None,
+                  speculative: Optional["Speculative"] = None) -> list[int]:
+    """The greedy continuation under the model's current policy (no stop tokens),
+    from an empty cache.
 
     `before_step(i)` runs before the forward whose logits choose token i, as in
-    teacher_forced.
+    teacher_forced. speculative: generate it losslessly (the backbone's tokens).
     """
     model.reset()
-    if before_step:
+    if before_step is not None:
         before_step(0)
-    logits = model.forward(prompt, last_only=True)[0]
-    out: list[int] = []
-    while len(out) < n_tokens:
-        out.append(int(logits.argmax()))
-        if len(out) < n_tokens:
-            if before_step:
-                before_step(len(out))
-            logits = model.forward([out[-1]], last_only=True)[0]
-    return out
+    after = None if before_step is None else (lambda i: before_step(i + 1) if i + 1 < n_tokens else None)
+    steps = generate_step(model, prompt, _then(greedy, after), speculative=speculative)
+    tokens = [step.token for step in itertools.islice(steps, n_tokens)]
+    steps.close()
+    return tokens
 
 
 def tokens_until_divergence(reference: Sequence[int], other: Sequence[int]) -> int:
@@ -194,7 +251,7 @@ def tokens_until_divergence(reference: Sequence[int], other: Sequence[int]) -> i
     return n
 
 
-def backbone_reference(model: RiverModel, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], ForcedRun]:
+def backbone_reference(model: "RiverModel", prompt: Sequence[int], n_tokens: int) -> tuple[list[int], ForcedRun]:
     """The backbone's greedy continuation of `prompt` and its own forced logits."""
     policy = model.policy
     model.policy = ExitPolicy.never()

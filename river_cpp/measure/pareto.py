@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
-from river_cpp.comparison import FULL_RIVER, LLAMA, RANDOM, STATIC, VARIANT, Comparison, Row
+from river_cpp.measure.comparison import FULL_RIVER, LLAMA, RANDOM, STATIC, VARIANT, Comparison, Row
 
 _MIB = 1024 * 1024
 # Marker and colour of each kind of row; tau sweeps (groups "river <signal>") get the colour cycle.
@@ -31,7 +31,7 @@ _SWEEP_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:cyan")
 def speed_ratios(bench_report, reference: Optional[str] = None) -> dict[str, float]:
     """Decode (tg) speed of each configuration in a river_cpp.bench.BenchReport, as a ratio
     to `reference` (default: the report's own, llama.cpp on the backbone GGUF)."""
-    from river_cpp.bench import REFERENCE
+    from river_cpp.measure.bench import REFERENCE
 
     reference = reference or REFERENCE
     ratios = {}

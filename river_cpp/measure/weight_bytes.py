@@ -79,12 +79,11 @@ def _matrix_bytes(path: Union[str, os.PathLike]) -> tuple[tuple[int, ...], int]:
 
     The head is `output.weight`, or the token embedding a tied model multiplies with.
     """
-    from gguf import GGUFReader
+    from river_cpp.gguf_info import read_gguf_info
 
-    reader = GGUFReader(path)
     per_layer: dict[int, int] = {}
     sizes = {}
-    for tensor in reader.tensors:
+    for tensor in read_gguf_info(path).tensors:
         sizes[tensor.name] = int(tensor.n_bytes)
         match = _LAYER.match(tensor.name)
         if match and len(tensor.shape) >= 2:

@@ -7,10 +7,17 @@ import json
 import gguf
 import pytest
 
-from river_cpp.bench import (REFERENCE, BenchReport, BenchRow, bench_tokens, default_configs, gguf_tensor_bytes,
-                             measure)
 from river_cpp.cli import main
-from river_cpp.configs import backbone_config, river_at_tau
+from river_cpp.measure.bench import (
+    REFERENCE,
+    BenchReport,
+    BenchRow,
+    bench_tokens,
+    default_configs,
+    gguf_tensor_bytes,
+    measure,
+)
+from river_cpp.measure.configs import backbone_config, river_at_tau
 
 pytestmark = pytest.mark.usefixtures("river_cache")  # rivers and ladder rungs of tiny models: a per-test cache
 
@@ -24,7 +31,7 @@ def test_measure_end_to_end(tiny_llama4):
     names = ["backbone", "river tau=0.5", "full river q4_0", "llama.cpp F16", "llama.cpp Q8_0", "llama.cpp Q4_0"]
     assert report.configs == names
     assert [(row.config, row.test) for row in report.rows] == [(name, test) for name in names for test in ("pp8", "tg4")]
-    assert report.n_layer == 4 and report.n_ctx == 16 + 4
+    assert report.n_layer == 4 and report.n_ctx == 16 + 4 + 1  # generate_step keeps room for one more token
     for row in report.rows:
         assert len(row.samples) == 2 and all(s > 0 for s in row.samples)
         assert row.peak_rss_bytes > report.rss_baseline_bytes > 0
@@ -58,19 +65,19 @@ def test_json_round_trip_and_schema(tiny_llama4, tmp_path):
 
 
 def test_configurations_take_turns_in_every_repetition(tiny_llama4, monkeypatch):
-    import river_cpp.bench as bench
+    import river_cpp.measure.bench.runners as bench
 
     calls = []
-    run = bench._Runner.run
+    run = bench.Runner.run
 
-    def recording_run(self, kind, work, *, record=False):
-        calls.append((self.target.name, kind, record))
-        return run(self, kind, work, record=record)
+    def recording_run(self, kind, work):
+        calls.append((self.target.name, kind))
+        return run(self, kind, work)
 
-    monkeypatch.setattr(bench._Runner, "run", recording_run)
+    monkeypatch.setattr(bench.Runner, "run", recording_run)
     measure(tiny_llama4, [backbone_config()], ["F16"], memory=False, **TINY)
     one_round = [("backbone", "pp"), ("backbone", "tg"), ("llama.cpp F16", "pp"), ("llama.cpp F16", "tg")]
-    assert calls == [(*c, True) for c in one_round] + [(*c, False) for c in one_round] * 2  # warm-up, then r=2
+    assert calls == one_round * 3  # warm-up, then r=2
 
 
 def test_zero_tokens_skips_a_test(tiny_llama4):
@@ -160,7 +167,7 @@ def test_cli_bench_prints_the_table_and_writes_json(tiny_llama4, tmp_path, capsy
 
 
 def test_cli_bench_measures_evals_variants(tiny_llama4, tmp_path):
-    from river_cpp import comparison as cmp
+    from river_cpp.measure import comparison as cmp
 
     out = tmp_path / "bench.json"
     argv = ["bench", "-m", str(tiny_llama4), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--tau", "0.5",

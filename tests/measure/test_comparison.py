@@ -7,12 +7,26 @@ import pytest
 from test_corpus import CharTokenizer
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.comparison import (FULL_RIVER, LLAMA, RANDOM, STATIC, VARIANT, VARIANTS, Comparison, Entry, Workload,
-                                  divergence_prompts, forced_positions, plan, reference_run, run_comparison,
-                                  sweep_group)
-from river_cpp.configs import RiverConfig, full_river, peer_name, river_at_tau
-from river_cpp.corpus import Document
-from river_cpp.weight_bytes import WeightBytes
+from river_cpp.measure.comparison import (
+    FULL_RIVER,
+    LLAMA,
+    RANDOM,
+    STATIC,
+    VARIANT,
+    VARIANTS,
+    Comparison,
+    Entry,
+    Workload,
+    divergence_prompts,
+    forced_positions,
+    plan,
+    reference_run,
+    run_comparison,
+    sweep_group,
+)
+from river_cpp.measure.configs import RiverConfig, full_river, peer_name, river_at_tau
+from river_cpp.measure.corpus import Document
+from river_cpp.measure.weight_bytes import WeightBytes
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
-
 from routes import PAPER_RIVER
+
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.configs import (RiverConfig, decode_on_river, full_river, river_at_tau, with_head,
-                               with_last_layers)
+from river_cpp.measure.configs import (
+    RiverConfig,
+    decode_on_river,
+    full_river,
+    river_at_tau,
+    with_head,
+    with_last_layers,
+)
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 

@@ -6,8 +6,17 @@ from typing import Optional
 
 import pytest
 
-from river_cpp.corpus import (Document, chat_prompts, default_corpus, document_tokens, load_corpus, split_corpus,
-                              stdlib_sources, text_files, token_chunks)
+from river_cpp.measure.corpus import (
+    Document,
+    chat_prompts,
+    default_corpus,
+    document_tokens,
+    load_corpus,
+    split_corpus,
+    stdlib_sources,
+    text_files,
+    token_chunks,
+)
 
 BOS = 1
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from routes import PAPER_RIVER
+
 from river_cpp import ExitPolicy, ExitStats, RiverModel
-from river_cpp.evaluate import (KL_PERCENTILES, Positions, QualityReport, backbone_reference, greedy_tokens,
-                                kl_divergence, teacher_forced, tokens_until_divergence)
+from river_cpp.measure.evaluate import (
+    KL_PERCENTILES,
+    Positions,
+    QualityReport,
+    backbone_reference,
+    greedy_tokens,
+    kl_divergence,
+    teacher_forced,
+    tokens_until_divergence,
+)
 
 
 def test_kl_divergence_matches_definition():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from river_cpp import humaneval as he
 from river_cpp.cli import main
+from river_cpp.measure import humaneval as he
 from river_cpp.policy import ExitPolicy
 
 ADD = he.Problem(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from river_cpp.bench import REFERENCE, BenchReport, BenchRow
-from river_cpp.comparison import FULL_RIVER, LLAMA, RANDOM, STATIC, Comparison, Row, sweep_group
-from river_cpp.evaluate import QualityReport
+from river_cpp.measure.bench import REFERENCE, BenchReport, BenchRow
+from river_cpp.measure.comparison import FULL_RIVER, LLAMA, RANDOM, STATIC, Comparison, Row, sweep_group
+from river_cpp.measure.evaluate import QualityReport
 
 pytest.importorskip("matplotlib", reason="the plot needs matplotlib (pip install river-cpp[plot])")
 
-from river_cpp.pareto import pareto_figure, plot_pareto, speed_ratios  # noqa: E402
+from river_cpp.measure.pareto import pareto_figure, plot_pareto, speed_ratios  # noqa: E402
 
 MIB = 1024 * 1024
 

