@@ -16,19 +16,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="continue a prompt, streaming the text to stdout")
     p.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
     p.add_argument("--chat", action="store_true", help="send the prompt as a user message in the model's chat template")
-    p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
     p.add_argument("--max-tokens", "-n", type=int, default=128, metavar="N", help="most tokens to generate (128)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default 0)")
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT", help="stop before TEXT (repeatable)"
+    )
+    p.add_argument("--show-exits", action="store_true",
+                   help="colour each token by the backbone layers it ran, with a legend "
+                        "(plain text{layers} markers when stdout is not a terminal)")
+    add_sampling_arguments(p)
+    add_model_arguments(p)
+    add_speculative_arguments(p)
+    p.set_defaults(run=run)
+
+
+def add_sampling_arguments(p: argparse.ArgumentParser, *, temperature: float = 0.0) -> None:
+    """--temperature, --top-k, --top-p, --min-p, --repeat-penalty, --seed (generate, chat)."""
+    p.add_argument("--temperature", type=float, default=temperature, help=f"0 is greedy (default {temperature:g})")
     p.add_argument("--top-k", type=int, default=40, help="0 disables (default 40)")
     p.add_argument("--top-p", type=float, default=0.95, help="1 disables (default 0.95)")
     p.add_argument("--min-p", type=float, default=0.05, help="0 disables (default 0.05)")
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="1 disables (default 1)")
     p.add_argument("--seed", type=int, help="seed for sampling (default: random)")
+
+
+def sampling(args: argparse.Namespace) -> dict:
+    """The sampling options of add_sampling_arguments, as generate's keywords."""
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                repeat_penalty=args.repeat_penalty)
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--model, --threads, --n-ctx and the river options (generate, chat, serve)."""
+    p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
-    p.add_argument(
-        "--stop", action="append", default=[], metavar="TEXT", help="stop before TEXT (repeatable)"
-    )
     river = p.add_argument_group("river (early exit)")
     river.add_argument("--river", default=DEFAULT_RIVER_TYPE, metavar="TYPE|PATH|none",
                        help="river type to build (q4_0, q4_k, iq4_nl, q5_k, q6_k, q8_0), a river GGUF, "
@@ -47,8 +68,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     river.add_argument("--river-head", default=None, metavar="TYPE|river|backbone",
                        help=f"LM head of exited tokens: a type, the river's own, or the backbone's "
                             f"(default: {DEFAULT_HEAD_TYPE} for a built river, a river file's own)")
-    add_speculative_arguments(p)
-    p.set_defaults(run=run)
+
+
+def open_model(args: argparse.Namespace, **options):
+    """The RiverModel that add_model_arguments' options (and --seed, --speculative) ask for."""
+    from river_cpp import RiverModel
+
+    river = None if args.river.lower() == "none" else args.river
+    if getattr(args, "speculative", False) and river is None:
+        raise ValueError("--speculative needs a river to draft with")
+    return RiverModel(model_path(args.model), n_ctx=args.n_ctx, n_threads=args.threads,
+                      seed=getattr(args, "seed", None), river=river, policy=_policy(args), prefill=args.prefill,
+                      tail_layers=args.tail_layers, river_head=_river_head(args.river_head), **options)
 
 
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,28 +121,24 @@ def _river_head(value: Optional[str]) -> Union[bool, str, None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from river_cpp import RiverModel
-
-    river = None if args.river.lower() == "none" else args.river
     spec = speculative(args)
-    if spec is not None and river is None:
-        raise ValueError("--speculative needs a river to draft with")
-    with RiverModel(model_path(args.model), n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed, river=river,
-                    policy=_policy(args), prefill=args.prefill, tail_layers=args.tail_layers,
-                    river_head=_river_head(args.river_head)) as model:
+    with open_model(args) as model:
         prompt = args.prompt
         if args.chat:
             prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-        stream = model.generate(
-            prompt, max_tokens=args.max_tokens, temperature=args.temperature,
-            top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-            repeat_penalty=args.repeat_penalty, stop=args.stop, speculative=spec, stream=True,
-        )
+        stream = model.generate(prompt, max_tokens=args.max_tokens, **sampling(args), stop=args.stop,
+                                speculative=spec, stream=True)
+        if args.show_exits:
+            from river_cpp.exit_display import ExitPainter
+
+            painter = ExitPainter(model.n_layer, color=sys.stdout.isatty())
+            sys.stdout.write(painter.legend() + "\n")
         for chunk in stream:
-            sys.stdout.write(chunk.text)
+            sys.stdout.write(painter.paint(chunk.text, chunk.exit_layer) if args.show_exits else chunk.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
         result = stream.result
+        model_has_river = model.has_river
     print(
         f"prompt: {len(result.prompt_token_ids)} tokens, {result.prompt_tokens_per_second:.1f} tokens/s | "
         f"generated: {len(result.token_ids)} tokens, {result.generation_tokens_per_second:.1f} tokens/s "
@@ -120,6 +147,6 @@ def run(args: argparse.Namespace) -> int:
     )
     if result.speculative is not None:
         print(result.speculative.summary(), file=sys.stderr)
-    elif river is not None:
+    elif model_has_river:
         print(result.exit_stats.summary(), file=sys.stderr)
     return 0
