@@ -11,6 +11,8 @@
 
 namespace py = pybind11;
 
+void bind_gguf(py::module_ & m);   // bindings_gguf.cpp
+
 namespace {
 
 using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
@@ -101,17 +103,20 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("sink"), "Route engine log lines to sink(level, message); None silences them.");
 
     py::class_<river::Engine>(m, "Engine")
-        .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads) {
+        .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap) {
                  river::EngineParams params;
                  params.n_ctx = n_ctx;
                  params.n_batch = n_batch;
                  params.n_threads = n_threads;
+                 params.use_mmap = use_mmap;
                  return std::make_unique<river::Engine>(path, params);
              }),
-             py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"))
+             py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true)
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("use_exit"))
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
+        .def("check_files", &river::Engine::check_files,
+             "Raise RiverError when the backbone or river file changed on disk since it was mapped.")
         .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"), py::arg("river_head"))
         .def_property_readonly("last_exit_layers", [](const river::Engine & e) {
             const auto & layers = e.last_exit_layers();
@@ -136,6 +141,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("build_river", &build_river, py::arg("engine"), py::arg("layer_types"), py::arg("head_type"),
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");
+    bind_gguf(m);
     m.def("river_type_name", [](const std::string & name) {
         return std::string(ggml_type_name(river::river_type_from_name(name)));
     }, py::arg("name"), "Canonical ggml name of a river type; raises RiverError for unusable types.");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common.h"
@@ -36,7 +37,7 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     if (params.n_batch <= 0) {
         throw Error("n_batch must be positive, got " + std::to_string(params.n_batch));
     }
-    file_ = std::make_unique<GgufFile>(model_path);
+    file_ = std::make_unique<GgufFile>(model_path, params.use_mmap);
     hp_ = read_hparams(*file_);
     backbone_ = map_weights(*file_, hp_, weight_buffer_);
     backbone_repacked_.repack(matrix_slots(backbone_.layers, backbone_.output));
@@ -78,15 +79,22 @@ void Engine::set_n_threads(int n_threads) {
 }
 
 void Engine::load_river(const std::string & river_path) {
-    auto file = std::make_unique<GgufFile>(river_path);
+    auto file = std::make_unique<GgufFile>(river_path, params_.use_mmap);
     BufferPtr buffer;
-    RiverWeights weights = map_river_weights(*file, hp_, backbone_, buffer);
+    RiverWeights weights = map_river_weights(*file, *file_, hp_, backbone_, buffer);
     auto repacked = std::make_unique<RepackedTensors>();
     repacked->repack(matrix_slots(weights.layers, weights.output));
     river_ = std::move(weights);
     river_repacked_ = std::move(repacked);
     river_buffer_ = std::move(buffer);
     river_file_ = std::move(file);
+}
+
+void Engine::check_files() const {
+    file_->check_unchanged();
+    if (river_file_) {
+        river_file_->check_unchanged();
+    }
 }
 
 void Engine::set_exit(const ExitConfig & config) {
@@ -122,18 +130,51 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool us
                         " is outside the vocabulary [0, " + std::to_string(hp_.n_vocab) + ")");
         }
     }
+    check_files();
     last_exit_layers_.clear();
-    for (int64_t start = 0; start < n_ids; start += params_.n_batch) {
-        const int64_t n = std::min(params_.n_batch, n_ids - start);
-        const bool is_last = start + n == n_ids;
-        float * out = nullptr;
-        if (!last_only) {
-            out = logits + start * hp_.n_vocab;
-        } else if (is_last) {
-            out = logits;
+    const int64_t n_past_before = n_past();
+    try {
+        for (int64_t start = 0; start < n_ids; start += params_.n_batch) {
+            const int64_t n = std::min(params_.n_batch, n_ids - start);
+            const bool is_last = start + n == n_ids;
+            float * out = nullptr;
+            if (!last_only) {
+                out = logits + start * hp_.n_vocab;
+            } else if (is_last) {
+                out = logits;
+            }
+            const int64_t depth = forward_batch(ids + start, n, last_only, use_exit, out);
+            last_exit_layers_.insert(last_exit_layers_.end(), n, static_cast<int32_t>(depth));
         }
-        const int64_t depth = forward_batch(ids + start, n, last_only, use_exit, out);
-        last_exit_layers_.insert(last_exit_layers_.end(), n, static_cast<int32_t>(depth));
+    } catch (...) {
+        kv_->rewind(n_past_before);
+        throw;
+    }
+}
+
+void Engine::check_logits(const float * logits, int64_t n_rows, int64_t exit_depth) const {
+    const int64_t n_vocab = hp_.n_vocab;
+    for (int64_t row = 0; row < n_rows; ++row) {
+        // an exponent of all ones is Inf or NaN; integer tests vectorize where isfinite's branch would not
+        const float * values = logits + row * n_vocab;
+        uint32_t bad = 0;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, values + i, sizeof(bits));
+            bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+        }
+        if (!bad) {
+            continue;
+        }
+        std::string weights;
+        if (exit_depth >= hp_.n_layer) {
+            weights = "the backbone weights (" + file_->path() + ")";
+        } else {
+            weights = "the river weights (" + river_file_->path() + ", after " + std::to_string(exit_depth) +
+                      " backbone layers" + (exit_.river_head ? ", with the river's LM head" : "") + ")";
+        }
+        throw Error("non-finite logits (NaN or Inf) at row " + std::to_string(row) + " of the batch, computed with " +
+                    weights + ": the file is damaged or its values overflow; the sequence is left as it was");
     }
 }
 
@@ -280,6 +321,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
         kv_->advance(n_tokens);
         if (logits) {
             ggml_backend_tensor_get(result, logits, 0, ggml_nbytes(result));
+            check_logits(logits, last_only ? 1 : n_tokens, seg.exit_depth);
         }
     }
     float min_similarity = std::numeric_limits<float>::infinity();

@@ -24,6 +24,7 @@ struct EngineParams {
     int64_t n_ctx = 2048;
     int64_t n_batch = 512;   // most positions one graph processes; longer inputs are split
     int n_threads = 1;
+    bool use_mmap = true;    // map the backbone and river files; false: read them into memory
 };
 
 // When and how tokens leave the backbone.
@@ -53,11 +54,15 @@ public:
 
     void load_river(const std::string & river_path);
     bool has_river() const { return river_file_ != nullptr; }
+    // Throws when the backbone or river file changed on disk since it was mapped
+    // (forward calls it first; a stat per file).
+    void check_files() const;
     void set_exit(const ExitConfig & config);
 
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
     // n_vocab per position, or only the last position's row when last_only. With
-    // use_exit false every token runs the full backbone.
+    // use_exit false every token runs the full backbone. Throws, with the sequence
+    // as it was, when a file changed under its mapping or a logit is NaN or Inf.
     void forward(const int32_t * ids, int64_t n_ids, bool last_only, bool use_exit, float * logits);
 
     // Backbone layers each token of the last forward ran (n_layer: never left).
@@ -95,6 +100,8 @@ private:
     int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits);
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
     float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
+    // Throws naming the weight set (by exit depth) when a row holds NaN or Inf.
+    void check_logits(const float * logits, int64_t n_rows, int64_t exit_depth) const;
     // The residual stream carried between segments: [n_embd, n_tokens]
     ggml_tensor * state_view(ggml_context * ctx, int64_t n_tokens) const;
     const LayerWeights & layer_weights(int64_t il, int64_t exit_depth) const;

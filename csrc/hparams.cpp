@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "common.h"
 #include "ggml.h"
@@ -32,6 +34,9 @@ constexpr std::array<ArchInfo, 4> k_archs{{
 // file says otherwise.
 constexpr uint32_t k_gemma_swa_period = 6;
 
+// Far above any real model's widths and depths, far below what overflows int64 products.
+constexpr int64_t k_max_size = 1 << 20;
+
 void read_rope_scaling(const GgufFile & file, const std::string & p, HParams & hp) {
     std::string scaling = "linear";   // what a factor without a type means
     if (file.has_key(p + "rope.scaling.type")) {
@@ -53,19 +58,14 @@ void read_rope_scaling(const GgufFile & file, const std::string & p, HParams & h
 // Which layers use the sliding window: a per-layer array in the file, or a period
 // whose last layer is global.
 std::vector<bool> read_swa_layers(const GgufFile & file, const std::string & key, int64_t n_layer) {
-    std::vector<bool> layers(n_layer);
-    const int64_t id = gguf_find_key(file.gguf(), key.c_str());
-    if (id >= 0 && gguf_get_kv_type(file.gguf(), id) == GGUF_TYPE_ARRAY) {
-        if (gguf_get_arr_type(file.gguf(), id) != GGUF_TYPE_BOOL ||
-            static_cast<int64_t>(gguf_get_arr_n(file.gguf(), id)) != n_layer) {
+    if (const GgufValue * v = file.header().find(key); v && v->type == GGUF_TYPE_ARRAY) {
+        auto flags = file.find_bool_array(key);
+        if (!flags || static_cast<int64_t>(flags->size()) != n_layer) {
             throw Error("'" + key + "' must hold one bool per layer in " + file.path());
         }
-        const auto * flags = static_cast<const int8_t *>(gguf_get_arr_data(file.gguf(), id));
-        for (int64_t il = 0; il < n_layer; ++il) {
-            layers[il] = flags[il] != 0;
-        }
-        return layers;
+        return *flags;
     }
+    std::vector<bool> layers(n_layer);
     const uint32_t period = file.find_u32(key).value_or(k_gemma_swa_period);
     for (int64_t il = 0; il < n_layer; ++il) {
         layers[il] = period == 0 || il % period < period - 1;
@@ -87,6 +87,48 @@ void read_gemma(const GgufFile & file, const std::string & p, HParams & hp) {
     if (hp.n_swa > 0) {
         hp.swa_layers = read_swa_layers(file, p + "attention.sliding_window_pattern", hp.n_layer);
         hp.rope_freq_base_swa = file.find_f32(p + "rope.freq_base_swa").value_or(10000.0f);
+    }
+}
+
+// Sizes a hostile file could set to overflow products, allocate without bound or
+// reach an assertion inside ggml (rope over more dimensions than a head has).
+void check_hparams(const GgufFile & file, const HParams & hp) {
+    const std::string where = " in " + file.path();
+    const std::pair<const char *, int64_t> sizes[] = {
+        {"embedding_length", hp.n_embd}, {"feed_forward_length", hp.n_ff}, {"attention.head_count", hp.n_head},
+        {"attention.head_count_kv", hp.n_head_kv}, {"attention.key_length", hp.n_embd_head},
+        {"rope.dimension_count", hp.n_rot}, {"block_count", hp.n_layer},
+    };
+    for (const auto & [key, value] : sizes) {
+        if (value <= 0 || value > k_max_size) {
+            throw Error("invalid " + hp.arch + "." + key + " = " + std::to_string(value) + " (must be in [1, " +
+                        std::to_string(k_max_size) + "])" + where);
+        }
+    }
+    // every block has at least nine tensors (two norms and seven matrices)
+    if (hp.n_layer > static_cast<int64_t>(file.header().tensors.size()) / 9) {
+        throw Error("block_count " + std::to_string(hp.n_layer) + " but only " +
+                    std::to_string(file.header().tensors.size()) + " tensors" + where);
+    }
+    if (hp.n_rot % 2 != 0 || hp.n_rot > hp.n_embd_head) {
+        throw Error("rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head size " +
+                    std::to_string(hp.n_embd_head) + where);
+    }
+    if (hp.n_vocab > std::numeric_limits<int32_t>::max()) {
+        throw Error("vocabulary of " + std::to_string(hp.n_vocab) + " tokens is beyond int32 token ids" + where);
+    }
+    const std::pair<const char *, float> positives[] = {
+        {"rope.freq_base", hp.rope_freq_base}, {"attention.layer_norm_rms_epsilon", hp.rms_eps},
+        {"rope.freq_base_swa", hp.rope_freq_base_swa},
+    };
+    for (const auto & [key, value] : positives) {
+        if (!(value > 0.0f) || !std::isfinite(value)) {
+            throw Error("invalid " + hp.arch + "." + key + " = " + std::to_string(value) + " (must be finite and positive)" +
+                        where);
+        }
+    }
+    if (!std::isfinite(hp.logit_softcap) || hp.logit_softcap < 0.0f) {
+        throw Error("invalid final_logit_softcapping" + where);
     }
 }
 
@@ -139,14 +181,12 @@ HParams read_hparams(const GgufFile & file) {
     }
     hp.n_vocab = tok_embd->ne[1];
 
-    if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_ff <= 0) {
-        throw Error("invalid layer or embedding sizes in " + file.path());
-    }
     read_rope_scaling(file, p, hp);
     hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head));
     if (arch->gemma) {
         read_gemma(file, p, hp);
     }
+    check_hparams(file, hp);
     return hp;
 }
 

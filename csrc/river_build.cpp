@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common.h"
+#include "gguf.h"
 #include "gguf_file.h"
 #include "weights.h"
 
@@ -31,6 +32,13 @@ struct GgufDeleter {
 struct ContextDeleter {
     void operator()(ggml_context * c) const { ggml_free(c); }
 };
+
+template <typename T>
+T scalar(const GgufValue & v) {
+    T x;
+    std::memcpy(&x, v.bytes.data(), sizeof(T));
+    return x;
+}
 
 // One tensor of the river file: where it comes from and what it becomes.
 struct RiverTensor {
@@ -99,19 +107,18 @@ std::vector<RiverTensor> plan_tensors(const GgufFile & backbone, const HParams &
 
 void copy_architecture_keys(const GgufFile & backbone, const HParams & hp, gguf_context * out) {
     const std::string prefix = hp.arch + ".";
-    gguf_context * src = backbone.gguf();
-    for (int64_t i = 0; i < gguf_get_n_kv(src); ++i) {
-        const std::string key = gguf_get_key(src, i);
-        const gguf_type type = gguf_get_kv_type(src, i);
-        if (key.rfind(prefix, 0) != 0 || type == GGUF_TYPE_ARRAY || type == GGUF_TYPE_STRING) {
+    for (const GgufKv & kv : backbone.header().kv) {
+        const GgufValue & v = kv.value;
+        if (kv.key.rfind(prefix, 0) != 0 || v.type == GGUF_TYPE_ARRAY || v.type == GGUF_TYPE_STRING) {
             continue;
         }
-        switch (type) {
-            case GGUF_TYPE_UINT32: gguf_set_val_u32(out, key.c_str(), gguf_get_val_u32(src, i)); break;
-            case GGUF_TYPE_INT32:  gguf_set_val_i32(out, key.c_str(), gguf_get_val_i32(src, i)); break;
-            case GGUF_TYPE_UINT64: gguf_set_val_u64(out, key.c_str(), gguf_get_val_u64(src, i)); break;
-            case GGUF_TYPE_FLOAT32: gguf_set_val_f32(out, key.c_str(), gguf_get_val_f32(src, i)); break;
-            case GGUF_TYPE_BOOL:   gguf_set_val_bool(out, key.c_str(), gguf_get_val_bool(src, i)); break;
+        const char * key = kv.key.c_str();
+        switch (v.type) {
+            case GGUF_TYPE_UINT32:  gguf_set_val_u32(out, key, scalar<uint32_t>(v)); break;
+            case GGUF_TYPE_INT32:   gguf_set_val_i32(out, key, scalar<int32_t>(v)); break;
+            case GGUF_TYPE_UINT64:  gguf_set_val_u64(out, key, scalar<uint64_t>(v)); break;
+            case GGUF_TYPE_FLOAT32: gguf_set_val_f32(out, key, scalar<float>(v)); break;
+            case GGUF_TYPE_BOOL:    gguf_set_val_bool(out, key, v.bytes[0] != 0); break;
             default: break;
         }
     }

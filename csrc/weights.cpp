@@ -1,5 +1,7 @@
 #include "weights.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "common.h"
@@ -15,6 +17,14 @@ const MatrixSlot k_layer_matrices[7] = {
     {"ffn_down.weight", &LayerWeights::ffn_down},
 };
 
+bool is_matrix_type(ggml_type type) {
+    if (type == GGML_TYPE_F32) {
+        return true;
+    }
+    // dequantizable (embedding rows, river building) and multiplied by the CPU backend
+    return ggml_get_type_traits(type)->to_float != nullptr && ggml_get_type_traits_cpu(type)->vec_dot != nullptr;
+}
+
 namespace {
 
 class TensorBinder {
@@ -22,6 +32,8 @@ public:
     TensorBinder(const GgufFile & file, ggml_backend_buffer_t buffer) : file_(file), buffer_(buffer) {}
 
     // Returns the tensor bound to its bytes; nullptr for an absent optional tensor.
+    // A 1-D shape is a norm, bias or rope factor (F32); a 2-D one a matrix (a type
+    // the CPU backend multiplies with). Dimensions past the shape must be 1.
     ggml_tensor * bind(const std::string & name, std::initializer_list<int64_t> shape, bool required = true) {
         ggml_tensor * t = file_.find_tensor(name);
         if (!t) {
@@ -38,6 +50,13 @@ public:
             }
             ++dim;
         }
+        for (; dim < GGML_MAX_DIMS; ++dim) {
+            if (t->ne[dim] != 1) {
+                throw Error("tensor '" + name + "' has shape [" + shape_str(t) + "], expected " +
+                            std::to_string(shape.size()) + " dimensions in " + file_.path());
+            }
+        }
+        check_type(name, t, shape.size() == 1);
         if (!t->buffer) {
             // Several names may refer to one tensor (tied embeddings): bind once.
             if (ggml_backend_tensor_alloc(buffer_, t, file_.tensor_data(name)) != GGML_STATUS_SUCCESS) {
@@ -48,6 +67,16 @@ public:
     }
 
 private:
+    void check_type(const std::string & name, const ggml_tensor * t, bool vector) const {
+        const ggml_type type = t->type;
+        if (vector ? type == GGML_TYPE_F32 : is_matrix_type(type)) {
+            return;
+        }
+        throw Error("tensor '" + name + "' has type " + ggml_type_name(type) + ", which the engine cannot use for " +
+                    (vector ? "a vector (norms, biases and rope factors must be f32)" : "a matrix") + " in " +
+                    file_.path());
+    }
+
     static std::string shape_str(const ggml_tensor * t) {
         std::string s;
         for (int i = 0; i < ggml_n_dims(t); ++i) {
@@ -68,7 +97,29 @@ void map_file(const GgufFile & file, BufferPtr & buffer) {
     ggml_backend_buffer_set_usage(buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
 }
 
-void check_river_matches(const GgufFile & file, const HParams & hp) {
+// A numeric scalar as text, for error messages.
+std::string scalar_text(const GgufValue & v) {
+    auto get = [&v](auto x) {
+        std::memcpy(&x, v.bytes.data(), std::min(sizeof(x), v.bytes.size()));
+        return x;
+    };
+    switch (v.type) {
+        case GGUF_TYPE_UINT8:   return std::to_string(get(uint8_t{}));
+        case GGUF_TYPE_INT8:    return std::to_string(get(int8_t{}));
+        case GGUF_TYPE_UINT16:  return std::to_string(get(uint16_t{}));
+        case GGUF_TYPE_INT16:   return std::to_string(get(int16_t{}));
+        case GGUF_TYPE_UINT32:  return std::to_string(get(uint32_t{}));
+        case GGUF_TYPE_INT32:   return std::to_string(get(int32_t{}));
+        case GGUF_TYPE_UINT64:  return std::to_string(get(uint64_t{}));
+        case GGUF_TYPE_INT64:   return std::to_string(get(int64_t{}));
+        case GGUF_TYPE_FLOAT32: return std::to_string(get(float{}));
+        case GGUF_TYPE_FLOAT64: return std::to_string(get(double{}));
+        case GGUF_TYPE_BOOL:    return get(uint8_t{}) ? "true" : "false";
+        default:                return gguf_type_label(v.type);
+    }
+}
+
+void check_river_matches(const GgufFile & file, const GgufFile & backbone_file, const HParams & hp) {
     const std::string where = "river " + file.path() + " does not match its backbone: ";
     if (!file.has_key("general.type") || file.get_str("general.type") != "river") {
         throw Error("not a river file (general.type != 'river'): " + file.path());
@@ -81,6 +132,21 @@ void check_river_matches(const GgufFile & file, const HParams & hp) {
     if (!n_layer || *n_layer != hp.n_layer) {
         throw Error(where + "block_count " + (n_layer ? std::to_string(*n_layer) : "missing") + " vs " +
                     std::to_string(hp.n_layer));
+    }
+    // A river copies its backbone's numeric architecture keys: every one must agree.
+    const std::string prefix = arch + ".";
+    for (const GgufKv & kv : file.header().kv) {
+        if (kv.key.rfind(prefix, 0) != 0 || kv.value.type == GGUF_TYPE_ARRAY || kv.value.type == GGUF_TYPE_STRING) {
+            continue;
+        }
+        const GgufValue * theirs = backbone_file.header().find(kv.key);
+        if (!theirs) {
+            throw Error(where + "'" + printable(kv.key) + "' is missing in the backbone " + backbone_file.path());
+        }
+        if (theirs->type != kv.value.type || theirs->bytes != kv.value.bytes) {
+            throw Error(where + "'" + printable(kv.key) + "' is " + scalar_text(kv.value) + " in the river, " +
+                        scalar_text(*theirs) + " in the backbone " + backbone_file.path());
+        }
     }
 }
 
@@ -135,9 +201,9 @@ std::vector<ggml_tensor **> matrix_slots(std::vector<LayerWeights> & layers, ggm
     return slots;
 }
 
-RiverWeights map_river_weights(const GgufFile & file, const HParams & hp, const ModelWeights & backbone,
-                               BufferPtr & buffer) {
-    check_river_matches(file, hp);
+RiverWeights map_river_weights(const GgufFile & file, const GgufFile & backbone_file, const HParams & hp,
+                               const ModelWeights & backbone, BufferPtr & buffer) {
+    check_river_matches(file, backbone_file, hp);
     map_file(file, buffer);
     TensorBinder b(file, buffer.get());
 

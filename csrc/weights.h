@@ -72,7 +72,10 @@ ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & 
 
 // Binds a river file's matrices, after checking that it was made for a backbone of
 // this architecture and shape (a clear error names the first mismatch).
-RiverWeights map_river_weights(const GgufFile & file, const HParams & hp, const ModelWeights & backbone,
-                               BufferPtr & buffer);
+RiverWeights map_river_weights(const GgufFile & file, const GgufFile & backbone_file, const HParams & hp,
+                               const ModelWeights & backbone, BufferPtr & buffer);
+
+// Whether the engine can multiply with (and dequantize) a matrix of this type.
+bool is_matrix_type(ggml_type type);
 
 }  // namespace river

@@ -1,6 +1,6 @@
 """Type stubs of the C++ engine module (csrc/bindings.cpp)."""
 
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -18,11 +18,28 @@ def build_river(
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> None: ...
 def river_type_name(name: str) -> str: ...
+def gguf_info(path: str, max_array: int = 1024) -> dict[str, Any]:
+    """The validated header of a GGUF file, read with bounded reads (no mapping, no
+    tensor data; milliseconds for any file size). Raises RiverError naming the file
+    and the problem for a malformed one, exactly as a model load would.
+
+    Returns {"version": int, "alignment": int, "data_offset": int, "file_size": int,
+    "metadata": {key: value}, "types": {key: "uint32" | "string" | "array[string]" | ...},
+    "tensors": [{"name": str, "type": ggml type name ("f32", "q8_0", ...),
+    "shape": [ne0, ne1, ...] (ggml order), "n_bytes": int, "offset": int (from the
+    start of the file)}]}. Values: int, float, bool, str (invalid UTF-8 replaced),
+    lists for arrays of up to max_array elements; longer arrays (vocabularies,
+    merges, scores) as {"element_type": str, "length": int}; max_array=-1 keeps all.
+    """
 
 class Engine:
-    def __init__(self, path: str, n_ctx: int, n_batch: int, n_threads: int) -> None: ...
+    def __init__(self, path: str, n_ctx: int, n_batch: int, n_threads: int, use_mmap: bool = True) -> None: ...
     def forward(self, ids: npt.ArrayLike, last_only: bool, use_exit: bool) -> npt.NDArray[np.float32]: ...
     def load_river(self, path: str) -> None: ...
+    def check_files(self) -> None:
+        """Raise RiverError when the backbone or river file changed on disk (inode,
+        size or mtime) since it was mapped; files read into memory never raise.
+        forward() calls it first."""
     def set_exit(self, thresholds: Sequence[float], signal: str, tail_layers: int, river_head: bool) -> None: ...
     def read_kv(self, layer: int, pos: int, n: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
     def rewind(self, n_past: int) -> None: ...

@@ -192,7 +192,8 @@ def test_mismatched_river_raises(tiny_llama, tiny_llama4, make_tiny_gguf):
     with pytest.raises(RiverError, match="does not match its backbone"):
         RiverModel(tiny_llama, river=river4)
     narrow = make_tiny_gguf("tiny_narrow", n_layer=4, n_embd=32)
-    with pytest.raises(RiverError, match="shape"):
+    with pytest.raises(RiverError, match="does not match its backbone: 'llama.embedding_length' is 64 in the river, "
+                                         "32 in the backbone"):
         RiverModel(narrow, river=river4)
     with pytest.raises(RiverError, match="not a river"):
         RiverModel(tiny_llama, river=tiny_llama)
