@@ -76,6 +76,7 @@ class RiverModel:
         tail_layers: int = 0,
         river_head: Union[bool, str, None] = None,
         progress: bool = True,
+        use_mmap: bool = True,
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
 
@@ -93,6 +94,10 @@ class RiverModel:
         river_head: the LM head of exited tokens. None (default): a Q8_0 head built
             with the river, or a given river file's own head; False: the backbone's;
             True: a head of the river's type; a type name (e.g. "q8_0"): that type.
+        use_mmap: map the backbone and river files (default; pages load on demand
+            and are shared between processes), or read them into memory (False): for
+            files that may change while loaded, or network filesystems. A mapped file
+            that changes on disk makes the next forward raise (see check_files).
         """
         if prefill not in PREFILL_MODES:
             raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
@@ -114,7 +119,7 @@ class RiverModel:
         if verbose:
             _core.set_log_sink(lambda level, message: print(f"river-cpp: {message}"))
         self._engine: Optional[_core.Engine] = _core.Engine(
-            path, _positive_int("n_ctx", n_ctx), DEFAULT_N_BATCH, n_threads
+            path, _positive_int("n_ctx", n_ctx), DEFAULT_N_BATCH, n_threads, bool(use_mmap)
         )
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
@@ -156,6 +161,13 @@ class RiverModel:
                                             n_threads=self.n_threads, progress=progress)
 
     # ---------------------------------------------------------------- lifecycle
+
+    def check_files(self) -> None:
+        """Raise RiverError when the backbone or river file changed on disk (another
+        inode, size or mtime) since it was loaded with use_mmap: its mapped weights may
+        no longer be the ones validated at load. Costs a stat() per file; every
+        forward (and so every generation step) runs it first."""
+        self.engine.check_files()
 
     def close(self) -> None:
         """Free the weights mapping, KV cache and tokenizer (after a running
