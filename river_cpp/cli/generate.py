@@ -6,10 +6,12 @@ import argparse
 import sys
 from typing import Optional, Union
 
-from river_cpp.cli._common import model_path
-from river_cpp.model import DEFAULT_PREFILL
+from river_cpp.cli._common import add_speculative_arguments, model_path, speculative
 from river_cpp.policy import ExitPolicy
-from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE
+from river_cpp.presets import DEFAULT, PRESETS, Preset, preset
+
+__all__ = ["add_model_arguments", "add_parser", "add_sampling_arguments", "add_speculative_arguments", "open_model",
+           "run", "sampling", "speculative"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -51,73 +53,62 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
     river = p.add_argument_group("river (early exit)")
-    river.add_argument("--river", default=DEFAULT_RIVER_TYPE, metavar="TYPE|PATH|none",
+    river.add_argument("--preset", choices=list(PRESETS), default=DEFAULT.name,
+                       help="default: a Q8_0 river and head, the prompt on the backbone, every decoded token on "
+                            "the river; paper: the paper's River (Q4_0 river, the backbone's head, the prompt "
+                            "exits too, tau 0.98); the options below override it")
+    river.add_argument("--river", default=None, metavar="TYPE|PATH|none",
                        help="river type to build (q4_0, q4_k, iq4_nl, q5_k, q6_k, q8_0), a river GGUF, "
-                            f"or none for the backbone alone (default {DEFAULT_RIVER_TYPE})")
+                            "or none for the backbone alone (default: the preset's)")
     exits = river.add_mutually_exclusive_group()
     exits.add_argument("--tau", type=float, help="exit when the block similarity exceeds TAU (near 1, e.g. 0.99)")
     exits.add_argument("--exit-layer", type=int, metavar="K",
                        help="every token runs exactly K backbone layers (default 0: decode on the river)")
     exits.add_argument("--policy", metavar="FILE", help="exit thresholds saved by `river-cpp calibrate`")
-    river.add_argument("--min-layer", type=int, default=2, metavar="N",
-                       help="with --tau: run at least N backbone layers (default 2)")
-    river.add_argument("--prefill", choices=["exit", "backbone"], default=DEFAULT_PREFILL,
-                       help="backbone: full-precision prompt (default); exit: the prompt exits too")
+    river.add_argument("--min-layer", type=int, default=None, metavar="N",
+                       help=f"with --tau: run at least N backbone layers (default: the preset's, {DEFAULT.min_layer})")
+    river.add_argument("--prefill", choices=["exit", "backbone"], default=None,
+                       help="backbone: full-precision prompt; exit: the prompt exits too (default: the preset's)")
     river.add_argument("--tail-layers", type=int, default=0, metavar="M",
                        help="exited tokens run the last M layers on the backbone")
     river.add_argument("--river-head", default=None, metavar="TYPE|river|backbone",
-                       help=f"LM head of exited tokens: a type, the river's own, or the backbone's "
-                            f"(default: {DEFAULT_HEAD_TYPE} for a built river, a river file's own)")
+                       help="LM head of exited tokens: a type, the river's own, or the backbone's "
+                            "(default: the preset's for a built river, a river file's own)")
 
 
 def open_model(args: argparse.Namespace, **options):
     """The RiverModel that add_model_arguments' options (and --seed, --speculative) ask for."""
     from river_cpp import RiverModel
 
-    river = None if args.river.lower() == "none" else args.river
+    chosen = preset(args.preset)
+    river = args.river if args.river is not None else chosen.river
+    river = None if river.lower() == "none" else river
     if getattr(args, "speculative", False) and river is None:
         raise ValueError("--speculative needs a river to draft with")
     return RiverModel(model_path(args.model), n_ctx=args.n_ctx, n_threads=args.threads,
-                      seed=getattr(args, "seed", None), river=river, policy=_policy(args), prefill=args.prefill,
-                      tail_layers=args.tail_layers, river_head=_river_head(args.river_head), **options)
+                      seed=getattr(args, "seed", None), river=river, policy=_policy(args, chosen, river),
+                      prefill=args.prefill or chosen.prefill, tail_layers=args.tail_layers,
+                      river_head=_river_head(args.river_head, chosen, river), **options)
 
 
-def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
-    """--speculative, --draft-max and --draft-p-min (generate, eval, humaneval)."""
-    from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
-
-    group = p.add_argument_group("lossless River (speculative decoding)")
-    group.add_argument("--speculative", action="store_true",
-                       help="the river drafts tokens, the backbone verifies them: the backbone's own tokens")
-    group.add_argument("--draft-max", type=int, default=DEFAULT_MAX_DRAFT, metavar="N",
-                       help=f"with --speculative: most drafted tokens per round (default {DEFAULT_MAX_DRAFT})")
-    group.add_argument("--draft-p-min", type=float, default=DEFAULT_P_MIN, metavar="P",
-                       help="with --speculative: stop a round's draft below this top probability "
-                            f"(default {DEFAULT_P_MIN:g}: never)")
-
-
-def speculative(args: argparse.Namespace):
-    """The Speculative that --speculative asks for, or None."""
-    if not args.speculative:
-        return None
-    from river_cpp.speculative import Speculative
-
-    return Speculative(max_draft=args.draft_max, p_min=args.draft_p_min)
-
-
-def _policy(args: argparse.Namespace) -> Optional[ExitPolicy]:
+def _policy(args: argparse.Namespace, chosen: Preset, river: Optional[str]) -> Optional[ExitPolicy]:
     if args.policy is not None:
         return ExitPolicy.load(args.policy)
     if args.tau is not None:
-        return ExitPolicy.uniform(args.tau, min_layer=args.min_layer)
+        return ExitPolicy.uniform(args.tau, min_layer=chosen.min_layer if args.min_layer is None else args.min_layer)
     if args.exit_layer is not None:
         return ExitPolicy.at_layer(args.exit_layer)
-    return None  # the model's default
+    return chosen.policy if river is not None else None  # without a river: the backbone alone
 
 
-def _river_head(value: Optional[str]) -> Union[bool, str, None]:
-    """--river-head's value as RiverModel's river_head."""
-    return {None: None, "river": True, "backbone": False}.get(value if value is None else value.lower(), value)
+def _river_head(value: Optional[str], chosen: Preset, river: Optional[str]) -> Union[bool, str, None]:
+    """--river-head's value as RiverModel's river_head; not given: the preset's head for a
+    river built here, a river file's own head (None) or the backbone's."""
+    if value is not None:
+        return {"river": True, "backbone": False}.get(value.lower(), value)
+    if river is None or (isinstance(chosen.river_head, str) and river.endswith(".gguf")):
+        return None
+    return chosen.river_head
 
 
 def run(args: argparse.Namespace) -> int:
