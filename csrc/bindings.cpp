@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "common.h"
 #include "engine.h"
 #include "river_build.h"
@@ -87,7 +89,10 @@ PYBIND11_MODULE(_core, m) {
         try {
             if (p) std::rethrow_exception(p);
         } catch (const river::Error & e) {
-            py::set_error(river_error, e.what());
+            // messages quote names and values from files, which need not be UTF-8
+            PyObject * message = PyUnicode_DecodeUTF8(e.what(), static_cast<Py_ssize_t>(std::strlen(e.what())), "replace");
+            PyErr_SetObject(river_error.ptr(), message);
+            Py_XDECREF(message);
         }
     });
 

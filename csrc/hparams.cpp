@@ -46,7 +46,7 @@ void read_rope_scaling(const GgufFile & file, const std::string & p, HParams & h
         return;
     }
     if (scaling != "linear") {
-        throw Error("rope scaling '" + scaling + "' is not supported (supported: none, linear) in " + file.path());
+        throw Error("rope scaling '" + printable(scaling) + "' is not supported (supported: none, linear) in " + file.path());
     }
     const float factor = file.find_f32(p + "rope.scaling.factor").value_or(1.0f);
     if (!(factor > 0.0f) || !std::isfinite(factor)) {
@@ -152,7 +152,7 @@ HParams read_hparams(const GgufFile & file) {
         for (const auto & a : k_archs) {
             known += known.empty() ? a.name : std::string(", ") + a.name;
         }
-        throw Error("unsupported architecture '" + hp.arch + "' in " + file.path() + " (supported: " + known + ")");
+        throw Error("unsupported architecture '" + printable(hp.arch) + "' in " + file.path() + " (supported: " + known + ")");
     }
     const std::string p = hp.arch + ".";
 

@@ -126,7 +126,7 @@ void check_river_matches(const GgufFile & file, const GgufFile & backbone_file, 
     }
     const std::string arch = file.get_str("general.architecture");
     if (arch != hp.arch) {
-        throw Error(where + "architecture '" + arch + "' vs '" + hp.arch + "'");
+        throw Error(where + "architecture '" + printable(arch) + "' vs '" + hp.arch + "'");
     }
     const auto n_layer = file.find_u32(arch + ".block_count");
     if (!n_layer || *n_layer != hp.n_layer) {

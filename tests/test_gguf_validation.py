@@ -202,6 +202,15 @@ def test_duplicate_key(base, tmp_path):
     assert_load_raises(damaged(path, tmp_path / "dupkey.gguf", (at, first.encode())), f"duplicate key '{first}'")
 
 
+def test_non_utf8_architecture(base, tmp_path):
+    """Found by scripts/fuzz_gguf.py: bytes of the file quoted in a message raised
+    UnicodeDecodeError instead of RiverError."""
+    path, lay = base
+    at = lay.kv["general.architecture"].value + 8   # the string's bytes, "llama"
+    assert_load_raises(damaged(path, tmp_path / "arch.gguf", (at, b"\xcc\x85\xffma")),
+                       r"unsupported architecture '\\xcc\\x85\\xffma'")
+
+
 def test_bad_alignment(small_gguf, tmp_path):
     lay = layout(small_gguf.read_bytes())
     path = damaged(small_gguf, tmp_path / "align.gguf", (lay.kv["general.alignment"].value, u32(48)))
