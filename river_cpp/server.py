@@ -17,12 +17,12 @@ import logging
 import math
 import numbers
 import queue
-import re
+import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -686,8 +686,9 @@ def make_server(app: Callable, config: ServerConfig, *, log_level: str = "info")
 def serve(load: Callable[[], Any], config: ServerConfig, model_id: str, *, log_level: str = "info") -> None:
     """Serve until interrupted: /health answers 503 while `load()` runs on the worker."""
     app, worker = build(load, config, model_id)
-    log.warning("river-cpp serve: http://%s:%d/v1 (model %r)%s", config.host, config.port, model_id,
-                "" if config.api_key else ", no API key")
+    print(f"river-cpp serve: http://{config.host}:{config.port}/v1, model {model_id!r}"
+          f"{'' if config.api_key else ', no API key'}; /health answers 503 until it is loaded",
+          file=sys.stderr, flush=True)
     try:
         make_server(app, config, log_level=log_level).run()
     finally:

@@ -3,6 +3,7 @@ driven through a pipe; river_cpp.exit_display and `generate --show-exits`."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.chat import ChatSession, footer
+from river_cpp.chat import ChatSession, footer, repl
 from river_cpp.cli import main
 from river_cpp.exit_display import ExitPainter
 
@@ -76,3 +77,33 @@ def test_generate_show_exits_marks_tokens(tiny_llama4, capsys, river_cache):
                  "-t", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("[exit depth") and "{2}" in out
+
+
+class _InterruptingOutput(io.StringIO):
+    """Stdout where the user presses Ctrl+C after a few pieces of every answer."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+        self.pieces = 0
+
+    def write(self, text: str) -> int:
+        if text and text != "\n":
+            self.pieces += 1
+            if self.pieces % self.after == 0:
+                raise KeyboardInterrupt
+        return super().write(text)
+
+
+def test_ctrl_c_stops_the_answer_and_twice_quits(model, monkeypatch):
+    monkeypatch.setattr("river_cpp.chat.DOUBLE_INTERRUPT_SECONDS", 60.0)   # a loaded machine is slow
+    session = ChatSession(model, max_tokens=40, sampling={"temperature": 0.0})
+    stderr = io.StringIO()
+    status = repl(session, stdin=io.StringIO("Tell me a story\nAnother one\nnever asked\n"),
+                  stdout=_InterruptingOutput(after=3), stderr=stderr)
+    assert status == 130   # the second Ctrl+C came within DOUBLE_INTERRUPT_SECONDS
+    assert "[stopped]" in stderr.getvalue() and len(session.turns) == 2
+    assert session.turns[0].result is None and len(session.turns[0].exit_layers) == 3
+    assert session.history[1]["content"] == session.turns[0].text   # the partial answer stays
+    assert not model._lock.locked()
+    assert model.create_completion("Hi", max_tokens=2)["choices"]   # the model serves the next call
