@@ -56,6 +56,7 @@ class ServerConfig:
         ("*": any). cors_origins: browser origins allowed (None: localhost pages only).
     api_key: required as "Authorization: Bearer KEY" on every route but /health.
     insecure: allow binding a non-loopback address without an API key.
+    speculative: lossless River for every request that does not set river.speculative.
     """
 
     host: str = "127.0.0.1"
@@ -68,6 +69,7 @@ class ServerConfig:
     cors_origins: Optional[Sequence[str]] = None
     insecure: bool = False
     keepalive_seconds: float = 10.0
+    speculative: Any = None   # a Speculative for requests whose river field does not say
 
     def check(self) -> None:
         """ValueError for a configuration that must not run."""
@@ -186,11 +188,11 @@ def _stop(body: Mapping[str, Any]) -> Optional[list[str]]:
     return stops
 
 
-def _river_options(body: Mapping[str, Any], n_layer: int) -> dict[str, Any]:
+def _river_options(body: Mapping[str, Any], n_layer: int, default_speculative: Any = None) -> dict[str, Any]:
     """The `river` extension field as completions options (policy, speculative)."""
     river = body.get("river")
     if river is None:
-        return {}
+        return {"speculative": default_speculative} if default_speculative is not None else {}
     if not isinstance(river, dict):
         raise APIError(400, "river must be an object", param="river")
     unknown = set(river) - {"tau", "min_layer", "exit_layer", "policy", "speculative"}
@@ -216,6 +218,8 @@ def _river_options(body: Mapping[str, Any], n_layer: int) -> dict[str, Any]:
             raise APIError(400, f"river.policy: {error}", param="river") from None
     options: dict[str, Any] = {"policy": policy}
     speculative = river.get("speculative")
+    if speculative is None and default_speculative is not None:
+        options["speculative"] = default_speculative
     if speculative is not None:
         if not isinstance(speculative, bool):
             raise APIError(400, "river.speculative must be a boolean", param="river")
@@ -301,7 +305,8 @@ class ParsedRequest:
         return self.options["stream"]
 
 
-def parse_request(body: Mapping[str, Any], *, chat: bool, model_id: str, n_layer: int) -> ParsedRequest:
+def parse_request(body: Mapping[str, Any], *, chat: bool, model_id: str, n_layer: int,
+                  default_speculative: Any = None) -> ParsedRequest:
     """Check every field of a completions or chat completions body; APIError otherwise."""
     name = body.get("model")
     if name is not None and not isinstance(name, str):
@@ -312,7 +317,7 @@ def parse_request(body: Mapping[str, Any], *, chat: bool, model_id: str, n_layer
                        param="model", code="model_not_found")
     _unsupported(body)
     options = _sampling(body, chat=chat)
-    options.update(_river_options(body, n_layer))
+    options.update(_river_options(body, n_layer, default_speculative))
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -599,7 +604,8 @@ class Server:
             if not self.worker.ready.is_set():
                 raise _busy("the model is loading")
             model = self.worker.model
-            parsed = parse_request(body, chat=chat, model_id=self.model_id, n_layer=model.n_layer)
+            parsed = parse_request(body, chat=chat, model_id=self.model_id, n_layer=model.n_layer,
+                                   default_speculative=self.config.speculative)
             await self._check_context(model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
             if not self.worker.submit(job):

@@ -309,3 +309,20 @@ def test_a_full_queue_answers_503_with_retry_after(model):
         for caller in callers:
             caller.join(10)
         assert answers == [200, 200]
+
+
+def test_parse_request_river_field_and_server_default():
+    from river_cpp.server import APIError, parse_request
+    from river_cpp.speculative import Speculative
+
+    default = Speculative(max_draft=4)
+    parsed = parse_request({"prompt": "x"}, chat=False, model_id=MODEL_ID, n_layer=4, default_speculative=default)
+    assert parsed.options["speculative"] is default
+    parsed = parse_request({"prompt": "x", "river": {"speculative": False, "tau": 0.9}}, chat=False,
+                           model_id=MODEL_ID, n_layer=4, default_speculative=default)
+    assert "speculative" not in parsed.options and parsed.options["policy"].beyond == 0.9
+    parsed = parse_request({"messages": [{"role": "user", "content": "hi"}], "river": {"exit_layer": 1},
+                            "max_completion_tokens": 5}, chat=True, model_id=MODEL_ID, n_layer=4)
+    assert parsed.options["max_tokens"] == 5 and parsed.options["policy"].thresholds == (float("inf"), float("-inf"))
+    with pytest.raises(APIError, match="exit_layer"):
+        parse_request({"prompt": "x", "river": {"exit_layer": 9}}, chat=False, model_id=MODEL_ID, n_layer=4)

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from river_cpp.cli._common import model_path
-from river_cpp.cli.generate import add_model_arguments, open_model
+from river_cpp.cli.generate import add_model_arguments, add_speculative_arguments, open_model, speculative
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
 
@@ -29,6 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="allow binding a non-loopback address without --api-key")
     add_model_arguments(p)
+    add_speculative_arguments(p)   # the default of requests whose river field does not say
     p.set_defaults(run=run)
 
 
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     config = ServerConfig(
         host=args.host, port=args.port, api_key=args.api_key or os.environ.get(API_KEY_VARIABLE) or None,
         allowed_hosts=args.allowed_host, cors_origins=args.cors_origin, insecure=args.insecure,
+        speculative=speculative(args),
         **{name: value for name, value in limits.items() if value is not None},
     )
     config.check()  # before loading anything
