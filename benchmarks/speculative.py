@@ -93,9 +93,9 @@ def _open_peer(path: Path, n_ctx: int, n_threads: int) -> LanguageModel:
 def _ladder_path(backbone: Path, rung: str) -> Path:
     if rung == "F16":
         return backbone
-    from river_cpp.measure.ladder import ladder_file
+    from river_cpp.measure.ladder import ladder_path
 
-    return ladder_file(backbone, rung)
+    return ladder_path(backbone, rung)
 
 
 # ---------------------------------------------------------------- costs
@@ -152,6 +152,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True, help="backbone GGUF (F16 or quantized)")
     p.add_argument("--rivers", nargs="+", default=["q4_0", "q8_0"], help="river types to draft with")
+    p.add_argument("--heads", nargs="+", default=["q8_0"], metavar="TYPE",
+                   help="LM head types of each river (a cheaper head drafts faster; default q8_0)")
     p.add_argument("--fixed", type=int, nargs="*", default=[], metavar="K",
                    help="also each river at a fixed draft length K (not adaptive)")
     p.add_argument("--p-min", type=float, default=None, help="draft p_min (default: Speculative's)")
@@ -175,11 +177,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     spec_options = {} if args.p_min is None else {"p_min": args.p_min}
     rivers = {}
     for river in args.rivers:
-        rivers[river] = RiverModel(backbone, river=river, **load)
-        configs.append(Config(f"lossless {river}", rivers[river], Speculative(**spec_options)))
-        for k in args.fixed:
-            configs.append(Config(f"lossless {river} k={k}", rivers[river],
-                                  Speculative(max_draft=k, adaptive=False, **spec_options)))
+        for head in args.heads:
+            name = river if head == "q8_0" else f"{river} head {head}"
+            rivers[name] = RiverModel(backbone, river=river, river_head=head, **load)
+            configs.append(Config(f"lossless {name}", rivers[name], Speculative(**spec_options)))
+            for k in args.fixed:
+                configs.append(Config(f"lossless {name} k={k}", rivers[name],
+                                      Speculative(max_draft=k, adaptive=False, **spec_options)))
     if args.draft_model:
         small = RiverModel(args.draft_model, river=None, **load)
         configs.append(Config(f"draft {Path(args.draft_model).name}", base,

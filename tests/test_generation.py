@@ -208,7 +208,13 @@ class _ScriptedModel:
         self.n_forwards = 0
         self.last_exit_layers = np.zeros(0, dtype=np.int32)
 
-    def forward(self, ids: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+    def rewind(self, n_past: int) -> None:
+        self.n_past = n_past
+
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
+        return 0
+
+    def forward(self, ids: Sequence[int], *, last_only: bool = False, route: str = "auto") -> np.ndarray:
         self.n_past += len(ids)
         self.last_exit_layers = np.full(len(ids), self.n_layer, dtype=np.int32)
         logits = np.zeros((1, self.n_vocab), dtype=np.float32)
@@ -276,3 +282,25 @@ def test_generation_records_each_tokens_exit_layer(tiny_llama4, river_cache):
         model.policy = ExitPolicy.never()
         chunks = list(model.generate("Hello there", max_tokens=4, stream=True))
         assert [c.exit_layer for c in chunks] == [4] * len(chunks)
+
+
+# ---------------------------------------------------------------- prompt cache
+
+
+def test_prompt_cache_reuses_the_common_prefix_and_matches_a_cold_run(model):
+    first = model.generate(PROMPT, max_tokens=6)
+    follow_up = first.prompt_token_ids + first.token_ids + model.tokenize(" and more", add_bos=False)
+    reused = model.cached_prefix(follow_up)
+    # the last generated token was sampled but never fed
+    assert reused == len(first.prompt_token_ids) + len(first.token_ids) - 1
+    fed = []
+    forward = model.forward
+    model.forward = lambda ids, **kw: fed.append(len(ids)) or forward(ids, **kw)
+    try:
+        warm = model.generate(follow_up, max_tokens=8)
+    finally:
+        del model.forward
+    assert fed[0] == len(follow_up) - reused
+    model.reset()
+    cold = model.generate(follow_up, max_tokens=8)
+    assert warm.token_ids == cold.token_ids
