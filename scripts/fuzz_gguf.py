@@ -10,7 +10,7 @@ forward on it. Modes: `bytes` applies one to eight random byte edits to a valid 
 model (overwrites, bit flips, boundary integers, deletions, duplications, three in
 four inside the header, sometimes a cut); `structure` keeps a valid file and makes
 one to three header fields lie (counts, lengths, dimensions, types, offsets, values)
-with boundary values. libFuzzer's input drives those choices. Every outcome but success or RiverError is a finding: Python
+with boundary values. libFuzzer's input seeds those choices. Every outcome but success or RiverError is a finding: Python
 exceptions are raised to atheris, crashes and aborts end the process with the input
 saved by libFuzzer (crash-*). The seed models have no tokenizer (the engine never
 reads one), so a file is a few tens of KB and an execution takes about a millisecond.
@@ -21,6 +21,7 @@ native parser is exercised by mutation alone.
 from __future__ import annotations
 
 import os
+import random
 import struct
 import sys
 import tempfile
@@ -118,6 +119,22 @@ def header_fields(data: bytes) -> list[tuple[int, int]]:
     return fields
 
 
+class Choices:
+    """The FuzzedDataProvider calls the mutators use, drawn from a generator seeded by the input."""
+
+    def __init__(self, data: bytes) -> None:
+        self.rng = random.Random(data)
+
+    def ConsumeIntInRange(self, low: int, high: int) -> int:  # noqa: N802 (atheris' names)
+        return self.rng.randint(low, high)
+
+    def ConsumeInt(self, n_bytes: int) -> int:  # noqa: N802
+        return self.rng.getrandbits(8 * n_bytes)
+
+    def ConsumeBool(self) -> bool:  # noqa: N802
+        return self.rng.random() < 0.5
+
+
 class Harness:
     def __init__(self, target: str, mode: str, work: Path) -> None:
         from river_cpp import _core
@@ -152,7 +169,7 @@ class Harness:
             elif choice == len(pool):   # nudge the stored value
                 value = int.from_bytes(out[at:at + width], "little") + fdp.ConsumeIntInRange(-64, 64)
             else:
-                value = fdp.ConsumeInt(8 * width)
+                value = fdp.ConsumeInt(width)
             out[at:at + width] = (value % 2 ** (8 * width)).to_bytes(width, "little")
         if fdp.ConsumeBool():   # sometimes also cut the file
             out = out[:fdp.ConsumeIntInRange(0, len(out))]
@@ -187,9 +204,9 @@ class Harness:
         return bytes(out)
 
     def __call__(self, data: bytes) -> None:
-        import atheris
-
-        fdp = atheris.FuzzedDataProvider(data)
+        # libFuzzer's inputs, uninstrumented, stay short and low in entropy: they seed
+        # a generator rather than being consumed byte by byte
+        fdp = Choices(data)
         data = self.mutate_structure(data, fdp) if self.mode == "structure" else self.mutate_bytes(data, fdp)
         self.path.write_bytes(data)
         self.executions += 1
