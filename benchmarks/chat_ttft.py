@@ -13,10 +13,12 @@ import time
 from river_cpp import RiverModel
 from river_cpp.demo import demo_backbone_path
 
-SYSTEM = ("You are a patient geography tutor. You answer in plain language, give one concrete example "
-          "for every claim, and keep each answer short. When a question is ambiguous you say which "
-          "reading you chose. You know rivers, lakes, deltas, estuaries, watersheds and floods well, "
-          "and you like to mention how people have lived along rivers through history.")
+SYSTEM = (
+    "You are a patient geography tutor. You answer in plain language, give one concrete example "
+    "for every claim, and keep each answer short. When a question is ambiguous you say which "
+    "reading you chose. You know rivers, lakes, deltas, estuaries, watersheds and floods well, "
+    "and you like to mention how people have lived along rivers through history."
+)
 FIRST = "What is the difference between a river delta and an estuary? Give an example of each."
 SECOND = "Which of the two is the Thames, and why?"
 
@@ -24,8 +26,9 @@ SECOND = "Which of the two is the Thames, and why?"
 def ttft(model: RiverModel, messages: list[dict], **options) -> tuple[float, int, int]:
     """(seconds to the first chunk with text, prompt tokens, cached tokens) of one streamed turn."""
     start = time.perf_counter()
-    chunks = model.create_chat_completion(messages, stream=True, stream_options={"include_usage": True},
-                                          max_tokens=32, temperature=0, **options)
+    chunks = model.create_chat_completion(
+        messages, stream=True, stream_options={"include_usage": True}, max_tokens=32, temperature=0, **options
+    )
     first = None
     usage = None
     for chunk in chunks:
@@ -58,8 +61,10 @@ def main() -> None:
                 results[mode].append(seconds)
                 print(f"{mode:6s} ttft {1000 * seconds:7.1f} ms  prompt {n_prompt} tokens, {n_cached} cached")
         for mode, values in results.items():
-            print(f"{mode}: median time to first token {1000 * statistics.median(values):.1f} ms "
-                  f"(min {1000 * min(values):.1f}, {len(values)} runs)")
+            print(
+                f"{mode}: median time to first token {1000 * statistics.median(values):.1f} ms "
+                f"(min {1000 * min(values):.1f}, {len(values)} runs)"
+            )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,12 @@ def merged(paths: Sequence[str]) -> cmp.Comparison:
     runs = [cmp.Comparison.load(p) for p in paths]
     first = runs[0]
     for run in runs[1:]:
-        if (run.model, run.prefix, run.forced, run.n_chunks) != (first.model, first.prefix, first.forced,
-                                                                  first.n_chunks):
+        if (run.model, run.prefix, run.forced, run.n_chunks) != (
+            first.model,
+            first.prefix,
+            first.forced,
+            first.n_chunks,
+        ):
             raise ValueError(f"eval runs differ in model or workload: {paths}")
     names: set[str] = set()
     rows = []
@@ -45,8 +49,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--eval", nargs="+", required=True, metavar="FILE", help="river-cpp eval --json files")
     parser.add_argument("--tau", type=float, nargs="+", default=[0.95, 0.97, 0.98, 0.99])
     parser.add_argument("--signal-taus", type=float, nargs="+", default=[0.75, 0.8, 0.85])
-    parser.add_argument("--q8-tau", type=float, nargs="+", default=[0.99],
-                        help="taus of the Q8_0 river's eval run (its variants: backbone_prompt, head)")
+    parser.add_argument(
+        "--q8-tau",
+        type=float,
+        nargs="+",
+        default=[0.99],
+        help="taus of the Q8_0 river's eval run (its variants: backbone_prompt, head)",
+    )
     parser.add_argument("--threads", "-t", type=int, default=2)
     parser.add_argument("--repetitions", "-r", type=int, default=3)
     parser.add_argument("--bench-json", required=True, metavar="OUT")
@@ -56,12 +65,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     comparison = merged(args.eval)
     configs = default_configs(args.tau)
     configs += [e.config for e in cmp.plan(comparison.n_layer, taus=args.tau, signal_taus=args.signal_taus)]
-    configs += [e.config for e in cmp.plan(comparison.n_layer, taus=args.q8_tau, river=DEFAULT.river,
-                                           variants=["backbone_prompt", "head"])]
+    configs += [
+        e.config
+        for e in cmp.plan(
+            comparison.n_layer, taus=args.q8_tau, river=DEFAULT.river, variants=["backbone_prompt", "head"]
+        )
+    ]
     measured = {r.name for r in comparison.rows}
     unique = {c.name: c for c in configs if c.name in measured or c.name == "backbone"}
-    report = measure(comparison.model, list(unique.values()), DEFAULT_PEERS, n_prompt=512, n_gen=128,
-                     repeats=args.repetitions, n_threads=args.threads)
+    report = measure(
+        comparison.model,
+        list(unique.values()),
+        DEFAULT_PEERS,
+        n_prompt=512,
+        n_gen=128,
+        repeats=args.repetitions,
+        n_threads=args.threads,
+    )
     report.save(args.bench_json)
     print(report.table())
     plot_pareto(comparison, args.plot, speeds=speed_ratios(report))

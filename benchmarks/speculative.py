@@ -17,6 +17,7 @@ Ratios are to our backbone in the same run. Say the machine's load with the numb
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -116,13 +117,13 @@ def verify_costs(model: RiverModel, context: list[int], max_n: int, repeats: int
     model.reset()
     model.forward(context, route="backbone")
     base = model.n_past
-    ids = context[1:max_n + 1]
+    ids = context[1 : max_n + 1]
 
     def verify(n: int) -> None:
         model.forward(ids[:n], route="backbone")
         model.rewind(base)
 
-    return {n: _time(lambda: verify(n), repeats) for n in range(1, max_n + 1)}
+    return {n: _time(functools.partial(verify, n), repeats) for n in range(1, max_n + 1)}
 
 
 def draft_cost(model: RiverModel, context: list[int], repeats: int) -> float:
@@ -152,13 +153,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True, help="backbone GGUF (F16 or quantized)")
     p.add_argument("--rivers", nargs="+", default=["q4_0", "q8_0"], help="river types to draft with")
-    p.add_argument("--heads", nargs="+", default=["q8_0"], metavar="TYPE",
-                   help="LM head types of each river (a cheaper head drafts faster; default q8_0)")
-    p.add_argument("--fixed", type=int, nargs="*", default=[], metavar="K",
-                   help="also each river at a fixed draft length K (not adaptive)")
+    p.add_argument(
+        "--heads",
+        nargs="+",
+        default=["q8_0"],
+        metavar="TYPE",
+        help="LM head types of each river (a cheaper head drafts faster; default q8_0)",
+    )
+    p.add_argument(
+        "--fixed",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="K",
+        help="also each river at a fixed draft length K (not adaptive)",
+    )
     p.add_argument("--p-min", type=float, default=None, help="draft p_min (default: Speculative's)")
-    p.add_argument("--peers", nargs="*", default=["F16", "Q8_0", "Q4_K_M"],
-                   help="llama.cpp on the backbone (F16) and its quantizations")
+    p.add_argument(
+        "--peers",
+        nargs="*",
+        default=["F16", "Q8_0", "Q4_K_M"],
+        help="llama.cpp on the backbone (F16) and its quantizations",
+    )
     p.add_argument("--draft-model", help="a smaller GGUF with the same vocabulary drafting for the backbone")
     p.add_argument("--prompts", choices=["chat", "humaneval"], default="chat")
     p.add_argument("--n-prompts", type=int, default=4)
@@ -182,12 +198,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rivers[name] = RiverModel(backbone, river=river, river_head=head, **load)
             configs.append(Config(f"lossless {name}", rivers[name], Speculative(**spec_options)))
             for k in args.fixed:
-                configs.append(Config(f"lossless {name} k={k}", rivers[name],
-                                      Speculative(max_draft=k, adaptive=False, **spec_options)))
+                configs.append(
+                    Config(
+                        f"lossless {name} k={k}", rivers[name], Speculative(max_draft=k, adaptive=False, **spec_options)
+                    )
+                )
     if args.draft_model:
         small = RiverModel(args.draft_model, river=None, **load)
-        configs.append(Config(f"draft {Path(args.draft_model).name}", base,
-                              Speculative(draft=small, **spec_options)))
+        configs.append(Config(f"draft {Path(args.draft_model).name}", base, Speculative(draft=small, **spec_options)))
     for rung in args.peers:
         configs.append(Config(f"llama.cpp {rung}", _open_peer(_ladder_path(backbone, rung), n_ctx, args.threads)))
 
@@ -203,7 +221,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for round_ in range(args.rounds):
         for prompt in prompts:
             reference = None
-            for config in configs:   # the backbone first: the others are compared with it
+            for config in configs:  # the backbone first: the others are compared with it
                 tokens = config.run(prompt, args.n_tokens)
                 if reference is None:
                     reference = tokens
@@ -220,18 +238,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         row = {"name": c.name, "tokens_per_second": c.tokens_per_second, "ratio": c.tokens_per_second / base_speed}
         line = f"{c.name:34} {c.tokens_per_second:8.1f} {row['ratio']:6.2f}"
         if c.speculative is not None:
-            row.update(acceptance=c.accepted / max(c.drafted, 1), tokens_per_verify=c.generated / max(c.rounds, 1),
-                       identical=f"{c.identical}/{c.compared}")
+            row.update(
+                acceptance=c.accepted / max(c.drafted, 1),
+                tokens_per_verify=c.generated / max(c.rounds, 1),
+                identical=f"{c.identical}/{c.compared}",
+            )
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
         rows.append(row)
         print(line)
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "model": backbone.name, "prompts": args.prompts, "n_prompts": len(prompts), "n_tokens": args.n_tokens,
-            "rounds": args.rounds, "threads": args.threads, "costs": costs, "rows": rows,
-            "load": [load_before[0], load_after[0]],
-        }, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "model": backbone.name,
+                    "prompts": args.prompts,
+                    "n_prompts": len(prompts),
+                    "n_tokens": args.n_tokens,
+                    "rounds": args.rounds,
+                    "threads": args.threads,
+                    "costs": costs,
+                    "rows": rows,
+                    "load": [load_before[0], load_after[0]],
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -87,25 +87,30 @@ PYBIND11_MODULE(_core, m) {
     static py::exception<river::Error> river_error(m, "RiverError", PyExc_ValueError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
-            if (p) std::rethrow_exception(p);
+            if (p)
+                std::rethrow_exception(p);
         } catch (const river::Error & e) {
             // messages quote names and values from files, which need not be UTF-8
-            PyObject * message = PyUnicode_DecodeUTF8(e.what(), static_cast<Py_ssize_t>(std::strlen(e.what())), "replace");
+            PyObject * message =
+                PyUnicode_DecodeUTF8(e.what(), static_cast<Py_ssize_t>(std::strlen(e.what())), "replace");
             PyErr_SetObject(river_error.ptr(), message);
             Py_XDECREF(message);
         }
     });
 
-    m.def("set_log_sink", [](py::object sink) {
-        if (sink.is_none()) {
-            river::set_log_sink(nullptr);
-            return;
-        }
-        river::set_log_sink([sink](river::LogLevel level, const std::string & message) {
-            py::gil_scoped_acquire gil;
-            sink(static_cast<int>(level), message);
-        });
-    }, py::arg("sink"), "Route engine log lines to sink(level, message); None silences them.");
+    m.def(
+        "set_log_sink",
+        [](py::object sink) {
+            if (sink.is_none()) {
+                river::set_log_sink(nullptr);
+                return;
+            }
+            river::set_log_sink([sink](river::LogLevel level, const std::string & message) {
+                py::gil_scoped_acquire gil;
+                sink(static_cast<int>(level), message);
+            });
+        },
+        py::arg("sink"), "Route engine log lines to sink(level, message); None silences them.");
 
     py::class_<river::Engine>(m, "Engine")
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap) {
@@ -122,15 +127,18 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("has_river", &river::Engine::has_river)
         .def("check_files", &river::Engine::check_files,
              "Raise RiverError when the backbone or river file changed on disk since it was mapped.")
-        .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"), py::arg("river_head"))
-        .def_property_readonly("last_exit_layers", [](const river::Engine & e) {
-            const auto & layers = e.last_exit_layers();
-            return py::array_t<int32_t>(static_cast<py::ssize_t>(layers.size()), layers.data());
-        })
-        .def_property_readonly("last_similarities", [](const river::Engine & e) {
-            const auto & values = e.last_similarities();
-            return py::array_t<float>(static_cast<py::ssize_t>(values.size()), values.data());
-        })
+        .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"),
+             py::arg("river_head"))
+        .def_property_readonly("last_exit_layers",
+                               [](const river::Engine & e) {
+                                   const auto & layers = e.last_exit_layers();
+                                   return py::array_t<int32_t>(static_cast<py::ssize_t>(layers.size()), layers.data());
+                               })
+        .def_property_readonly("last_similarities",
+                               [](const river::Engine & e) {
+                                   const auto & values = e.last_similarities();
+                                   return py::array_t<float>(static_cast<py::ssize_t>(values.size()), values.data());
+                               })
         .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
         .def("rewind", &river::Engine::rewind, py::arg("n_past"))
         .def("reset", &river::Engine::reset)
@@ -147,7 +155,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");
     bind_gguf(m);
-    m.def("river_type_name", [](const std::string & name) {
-        return std::string(ggml_type_name(river::river_type_from_name(name)));
-    }, py::arg("name"), "Canonical ggml name of a river type; raises RiverError for unusable types.");
+    m.def(
+        "river_type_name",
+        [](const std::string & name) { return std::string(ggml_type_name(river::river_type_from_name(name))); },
+        py::arg("name"), "Canonical ggml name of a river type; raises RiverError for unusable types.");
 }

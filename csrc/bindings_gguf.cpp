@@ -30,19 +30,19 @@ T element(const river::GgufValue & v, uint64_t i) {
 
 py::object element_object(const river::GgufValue & v, uint64_t i) {
     switch (v.elem_type) {
-        case GGUF_TYPE_UINT8:   return py::int_(element<uint8_t>(v, i));
-        case GGUF_TYPE_INT8:    return py::int_(element<int8_t>(v, i));
-        case GGUF_TYPE_UINT16:  return py::int_(element<uint16_t>(v, i));
-        case GGUF_TYPE_INT16:   return py::int_(element<int16_t>(v, i));
-        case GGUF_TYPE_UINT32:  return py::int_(element<uint32_t>(v, i));
-        case GGUF_TYPE_INT32:   return py::int_(element<int32_t>(v, i));
-        case GGUF_TYPE_UINT64:  return py::int_(element<uint64_t>(v, i));
-        case GGUF_TYPE_INT64:   return py::int_(element<int64_t>(v, i));
+        case GGUF_TYPE_UINT8: return py::int_(element<uint8_t>(v, i));
+        case GGUF_TYPE_INT8: return py::int_(element<int8_t>(v, i));
+        case GGUF_TYPE_UINT16: return py::int_(element<uint16_t>(v, i));
+        case GGUF_TYPE_INT16: return py::int_(element<int16_t>(v, i));
+        case GGUF_TYPE_UINT32: return py::int_(element<uint32_t>(v, i));
+        case GGUF_TYPE_INT32: return py::int_(element<int32_t>(v, i));
+        case GGUF_TYPE_UINT64: return py::int_(element<uint64_t>(v, i));
+        case GGUF_TYPE_INT64: return py::int_(element<int64_t>(v, i));
         case GGUF_TYPE_FLOAT32: return py::float_(element<float>(v, i));
         case GGUF_TYPE_FLOAT64: return py::float_(element<double>(v, i));
-        case GGUF_TYPE_BOOL:    return py::bool_(v.bytes[i] != 0);
-        case GGUF_TYPE_STRING:  return to_str(v.strings[i]);
-        default:                return py::none();
+        case GGUF_TYPE_BOOL: return py::bool_(v.bytes[i] != 0);
+        case GGUF_TYPE_STRING: return to_str(v.strings[i]);
+        default: return py::none();
     }
 }
 

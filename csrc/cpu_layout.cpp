@@ -50,7 +50,8 @@ RepackedTensors::~RepackedTensors() {
 
 void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors) {
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    const std::vector<ggml_backend_buffer_type_t> extra = cpu ? cpu_extra_buffer_types(cpu) : std::vector<ggml_backend_buffer_type_t>{};
+    const std::vector<ggml_backend_buffer_type_t> extra =
+        cpu ? cpu_extra_buffer_types(cpu) : std::vector<ggml_backend_buffer_type_t>{};
     if (extra.empty()) {
         return;
     }
@@ -75,7 +76,8 @@ void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors) {
         }
         BufferPtr buffer(ggml_backend_buft_alloc_buffer(buft, size));
         if (!buffer) {
-            throw Error(std::string("cannot allocate ") + std::to_string(size) + " bytes of " + ggml_backend_buft_name(buft));
+            throw Error(std::string("cannot allocate ") + std::to_string(size) + " bytes of " +
+                        ggml_backend_buft_name(buft));
         }
         ggml_backend_buffer_set_usage(buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         ggml_tallocr alloc = ggml_tallocr_new(buffer.get());

@@ -57,7 +57,8 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     state_buffer_.reset(ggml_backend_alloc_ctx_tensors(state_ctx_, backend_));
 
     galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
-    graph_meta_.resize(ggml_tensor_overhead() * k_max_graph_nodes + ggml_graph_overhead_custom(k_max_graph_nodes, false));
+    graph_meta_.resize(ggml_tensor_overhead() * k_max_graph_nodes +
+                       ggml_graph_overhead_custom(k_max_graph_nodes, false));
     log(LogLevel::info, "loaded " + hp_.arch + " model: " + std::to_string(hp_.n_layer) + " layers, n_embd " +
                             std::to_string(hp_.n_embd) + ", n_vocab " + std::to_string(hp_.n_vocab));
 }

@@ -66,7 +66,7 @@ GgufFile::GgufFile(const std::string & path, bool use_mmap) : path_(path), mappe
         throw Error("cannot open model file: " + path + " (" + std::strerror(errno) + ")");
     }
     FdCloser closer{fd};
-    struct stat st {};
+    struct stat st{};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         throw Error("not a regular file: " + path);
     }
@@ -126,7 +126,7 @@ void GgufFile::check_unchanged() const {
     if (!mapped_) {
         return;
     }
-    struct stat st {};
+    struct stat st{};
     if (stat(path_.c_str(), &st) != 0) {
         throw Error("model file " + path_ + " is gone or unreadable since it was loaded (" + std::strerror(errno) +
                     "); load the model again");
@@ -164,13 +164,13 @@ std::optional<uint32_t> GgufFile::find_u32(const std::string & key) const {
     }
     int64_t x = 0;
     switch (v->type) {
-        case GGUF_TYPE_UINT8:  x = scalar<uint8_t>(*v); break;
-        case GGUF_TYPE_INT8:   x = scalar<int8_t>(*v); break;
+        case GGUF_TYPE_UINT8: x = scalar<uint8_t>(*v); break;
+        case GGUF_TYPE_INT8: x = scalar<int8_t>(*v); break;
         case GGUF_TYPE_UINT16: x = scalar<uint16_t>(*v); break;
-        case GGUF_TYPE_INT16:  x = scalar<int16_t>(*v); break;
+        case GGUF_TYPE_INT16: x = scalar<int16_t>(*v); break;
         case GGUF_TYPE_UINT32: x = scalar<uint32_t>(*v); break;
-        case GGUF_TYPE_INT32:  x = scalar<int32_t>(*v); break;
-        case GGUF_TYPE_INT64:  x = scalar<int64_t>(*v); break;
+        case GGUF_TYPE_INT32: x = scalar<int32_t>(*v); break;
+        case GGUF_TYPE_INT64: x = scalar<int64_t>(*v); break;
         case GGUF_TYPE_UINT64: {
             const uint64_t u = scalar<uint64_t>(*v);
             x = u > std::numeric_limits<uint32_t>::max() ? -1 : static_cast<int64_t>(u);

@@ -66,7 +66,9 @@ public:
 private:
     const GgufValue & value(const std::string & key) const;
 
-    struct GgmlDeleter { void operator()(ggml_context * c) const { ggml_free(c); } };
+    struct GgmlDeleter {
+        void operator()(ggml_context * c) const { ggml_free(c); }
+    };
 
     std::string path_;
     GgufHeader header_;

@@ -94,9 +94,7 @@ public:
         return s;
     }
 
-    Error malformed(const std::string & problem) const {
-        return Error("malformed GGUF " + path_ + ": " + problem);
-    }
+    Error malformed(const std::string & problem) const { return Error("malformed GGUF " + path_ + ": " + problem); }
 
     Error truncated(const std::string & what) const {
         return Error("truncated GGUF " + path_ + ": " + what + " at byte " + std::to_string(pos_) +
@@ -191,8 +189,8 @@ GgufTensorInfo read_tensor_info(BoundedReader & r) {
     GgufTensorInfo t;
     t.name = r.read_string("tensor name", k_max_gguf_key_length);
     if (t.name.empty() || t.name.size() >= GGML_MAX_NAME) {
-        throw r.malformed("tensor name '" + printable(t.name) + "' must have 1 to " + std::to_string(GGML_MAX_NAME - 1) +
-                          " bytes");
+        throw r.malformed("tensor name '" + printable(t.name) + "' must have 1 to " +
+                          std::to_string(GGML_MAX_NAME - 1) + " bytes");
     }
     const std::string who = "tensor '" + printable(t.name) + "'";
     t.n_dims = r.read_pod<uint32_t>("tensor dimension count");
@@ -317,7 +315,8 @@ GgufHeader read_gguf_header(const std::string & path, int fd, uint64_t file_size
     }
     h.version = r.read_pod<uint32_t>("version");
     if ((h.version & 0xFFFF) == 0 && h.version != 0) {
-        throw r.malformed("version " + std::to_string(h.version) + " looks byte-swapped: big-endian GGUF is not supported");
+        throw r.malformed("version " + std::to_string(h.version) +
+                          " looks byte-swapped: big-endian GGUF is not supported");
     }
     if (h.version < 2 || h.version > GGUF_VERSION) {
         throw r.malformed("version " + std::to_string(h.version) + " is not supported (2 to " +
@@ -387,7 +386,7 @@ GgufHeader read_gguf_header(const std::string & path, uint64_t max_kept_array) {
     if (fd < 0) {
         throw Error("cannot open GGUF file: " + path + " (" + std::strerror(errno) + ")");
     }
-    struct stat st {};
+    struct stat st{};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         throw Error("not a regular file: " + path);

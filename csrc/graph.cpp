@@ -47,11 +47,13 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
     const size_t es_k = ggml_element_size(cache_k), es_v = ggml_element_size(cache_v);
 
     // rows n_past .. n_past+n_tokens of K: [n_embd_kv * n_tokens]
-    ggml_tensor * k_slots = ggml_view_1d(ctx, cache_k, n_tokens * n_embd_kv, ggml_row_size(cache_k->type, n_embd_kv) * n_past);
+    ggml_tensor * k_slots =
+        ggml_view_1d(ctx, cache_k, n_tokens * n_embd_kv, ggml_row_size(cache_k->type, n_embd_kv) * n_past);
     // columns n_past .. of the transposed V: [n_tokens, n_embd_kv]
     ggml_tensor * v_slots = ggml_view_2d(ctx, cache_v, n_tokens, n_embd_kv, cache_v->nb[1], es_v * n_past);
     ggml_build_forward_expand(g.gf, ggml_cpy(ctx, Kcur, k_slots));
-    ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, Vcur, n_embd_kv, n_tokens)), v_slots));
+    ggml_build_forward_expand(
+        g.gf, ggml_cpy(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, Vcur, n_embd_kv, n_tokens)), v_slots));
 
     // [head, n_kv, n_head_kv]
     ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1], es_k * head, 0);
@@ -90,8 +92,10 @@ ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_
     ggml_format_name(cur, "attn_norm-%d", il_name);
 
     // [n_embd_head, n_head(_kv), n_tokens]
-    ggml_tensor * Qcur = ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wq, cur), w.bq), hp.n_embd_head, hp.n_head, n_tokens);
-    ggml_tensor * Kcur = ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wk, cur), w.bk), hp.n_embd_head, hp.n_head_kv, n_tokens);
+    ggml_tensor * Qcur =
+        ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wq, cur), w.bq), hp.n_embd_head, hp.n_head, n_tokens);
+    ggml_tensor * Kcur =
+        ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wk, cur), w.bk), hp.n_embd_head, hp.n_head_kv, n_tokens);
     ggml_tensor * Vcur = add_bias(g, ggml_mul_mat(ctx, w.wv, cur), w.bv);
     if (w.q_norm) {
         Qcur = build_norm(g, Qcur, w.q_norm);
@@ -141,7 +145,8 @@ ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml
     ggml_set_name(cur, "result_norm");
     cur = ggml_mul_mat(g.ctx, output, cur);
     if (g.hp.logit_softcap > 0.0f) {
-        cur = ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, cur, 1.0f / g.hp.logit_softcap)), g.hp.logit_softcap);
+        cur =
+            ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, cur, 1.0f / g.hp.logit_softcap)), g.hp.logit_softcap);
     }
     ggml_set_name(cur, "result_output");
     return cur;

@@ -41,8 +41,7 @@ enum class StateSignal {
 
 // The state signal per token of the residual stream before and after a block.
 // [n_embd, n_tokens] x 2 -> [1, n_tokens]
-ggml_tensor * build_state_similarity(ggml_context * ctx, StateSignal signal, ggml_tensor * before,
-                                     ggml_tensor * after);
+ggml_tensor * build_state_similarity(ggml_context * ctx, StateSignal signal, ggml_tensor * before, ggml_tensor * after);
 
 // Final RMSNorm, LM head and (gemma) logit soft-capping. [n_embd, n_out] -> [n_vocab, n_out]
 ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml_tensor * output, ggml_tensor * cur);

@@ -46,7 +46,8 @@ void read_rope_scaling(const GgufFile & file, const std::string & p, HParams & h
         return;
     }
     if (scaling != "linear") {
-        throw Error("rope scaling '" + printable(scaling) + "' is not supported (supported: none, linear) in " + file.path());
+        throw Error("rope scaling '" + printable(scaling) + "' is not supported (supported: none, linear) in " +
+                    file.path());
     }
     const float factor = file.find_f32(p + "rope.scaling.factor").value_or(1.0f);
     if (!(factor > 0.0f) || !std::isfinite(factor)) {
@@ -95,9 +96,13 @@ void read_gemma(const GgufFile & file, const std::string & p, HParams & hp) {
 void check_hparams(const GgufFile & file, const HParams & hp) {
     const std::string where = " in " + file.path();
     const std::pair<const char *, int64_t> sizes[] = {
-        {"embedding_length", hp.n_embd}, {"feed_forward_length", hp.n_ff}, {"attention.head_count", hp.n_head},
-        {"attention.head_count_kv", hp.n_head_kv}, {"attention.key_length", hp.n_embd_head},
-        {"rope.dimension_count", hp.n_rot}, {"block_count", hp.n_layer},
+        {"embedding_length", hp.n_embd},
+        {"feed_forward_length", hp.n_ff},
+        {"attention.head_count", hp.n_head},
+        {"attention.head_count_kv", hp.n_head_kv},
+        {"attention.key_length", hp.n_embd_head},
+        {"rope.dimension_count", hp.n_rot},
+        {"block_count", hp.n_layer},
     };
     for (const auto & [key, value] : sizes) {
         if (value <= 0 || value > k_max_size) {
@@ -118,13 +123,14 @@ void check_hparams(const GgufFile & file, const HParams & hp) {
         throw Error("vocabulary of " + std::to_string(hp.n_vocab) + " tokens is beyond int32 token ids" + where);
     }
     const std::pair<const char *, float> positives[] = {
-        {"rope.freq_base", hp.rope_freq_base}, {"attention.layer_norm_rms_epsilon", hp.rms_eps},
+        {"rope.freq_base", hp.rope_freq_base},
+        {"attention.layer_norm_rms_epsilon", hp.rms_eps},
         {"rope.freq_base_swa", hp.rope_freq_base_swa},
     };
     for (const auto & [key, value] : positives) {
         if (!(value > 0.0f) || !std::isfinite(value)) {
-            throw Error("invalid " + hp.arch + "." + key + " = " + std::to_string(value) + " (must be finite and positive)" +
-                        where);
+            throw Error("invalid " + hp.arch + "." + key + " = " + std::to_string(value) +
+                        " (must be finite and positive)" + where);
         }
     }
     if (!std::isfinite(hp.logit_softcap) || hp.logit_softcap < 0.0f) {
@@ -152,7 +158,8 @@ HParams read_hparams(const GgufFile & file) {
         for (const auto & a : k_archs) {
             known += known.empty() ? a.name : std::string(", ") + a.name;
         }
-        throw Error("unsupported architecture '" + printable(hp.arch) + "' in " + file.path() + " (supported: " + known + ")");
+        throw Error("unsupported architecture '" + printable(hp.arch) + "' in " + file.path() +
+                    " (supported: " + known + ")");
     }
     const std::string p = hp.arch + ".";
 

@@ -114,11 +114,11 @@ void copy_architecture_keys(const GgufFile & backbone, const HParams & hp, gguf_
         }
         const char * key = kv.key.c_str();
         switch (v.type) {
-            case GGUF_TYPE_UINT32:  gguf_set_val_u32(out, key, scalar<uint32_t>(v)); break;
-            case GGUF_TYPE_INT32:   gguf_set_val_i32(out, key, scalar<int32_t>(v)); break;
-            case GGUF_TYPE_UINT64:  gguf_set_val_u64(out, key, scalar<uint64_t>(v)); break;
+            case GGUF_TYPE_UINT32: gguf_set_val_u32(out, key, scalar<uint32_t>(v)); break;
+            case GGUF_TYPE_INT32: gguf_set_val_i32(out, key, scalar<int32_t>(v)); break;
+            case GGUF_TYPE_UINT64: gguf_set_val_u64(out, key, scalar<uint64_t>(v)); break;
             case GGUF_TYPE_FLOAT32: gguf_set_val_f32(out, key, scalar<float>(v)); break;
-            case GGUF_TYPE_BOOL:    gguf_set_val_bool(out, key, v.bytes[0] != 0); break;
+            case GGUF_TYPE_BOOL: gguf_set_val_bool(out, key, v.bytes[0] != 0); break;
             default: break;
         }
     }
@@ -135,7 +135,8 @@ ggml_type river_type_from_name(const std::string & name) {
             continue;
         }
         if (ggml_quantize_requires_imatrix(type)) {
-            throw Error("river type '" + name + "' needs an importance matrix; choose one of q4_0, q4_k, iq4_nl, q5_k, "
+            throw Error("river type '" + name +
+                        "' needs an importance matrix; choose one of q4_0, q4_k, iq4_nl, q5_k, "
                         "q6_k, q8_0");
         }
         if (type != GGML_TYPE_F32 && !traits->from_float_ref) {
@@ -153,10 +154,10 @@ ggml_type river_type_for_row(ggml_type wanted, int64_t n_per_row) {
             case GGML_TYPE_Q2_K:
             case GGML_TYPE_Q3_K:
             case GGML_TYPE_IQ4_XS: type = GGML_TYPE_IQ4_NL; break;
-            case GGML_TYPE_Q4_K:   type = GGML_TYPE_Q5_0; break;
-            case GGML_TYPE_Q5_K:   type = GGML_TYPE_Q5_1; break;
-            case GGML_TYPE_Q6_K:   type = GGML_TYPE_Q8_0; break;
-            default:               type = GGML_TYPE_F16; break;
+            case GGML_TYPE_Q4_K: type = GGML_TYPE_Q5_0; break;
+            case GGML_TYPE_Q5_K: type = GGML_TYPE_Q5_1; break;
+            case GGML_TYPE_Q6_K: type = GGML_TYPE_Q8_0; break;
+            default: type = GGML_TYPE_F16; break;
         }
     }
     return type;

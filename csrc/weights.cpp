@@ -104,18 +104,18 @@ std::string scalar_text(const GgufValue & v) {
         return x;
     };
     switch (v.type) {
-        case GGUF_TYPE_UINT8:   return std::to_string(get(uint8_t{}));
-        case GGUF_TYPE_INT8:    return std::to_string(get(int8_t{}));
-        case GGUF_TYPE_UINT16:  return std::to_string(get(uint16_t{}));
-        case GGUF_TYPE_INT16:   return std::to_string(get(int16_t{}));
-        case GGUF_TYPE_UINT32:  return std::to_string(get(uint32_t{}));
-        case GGUF_TYPE_INT32:   return std::to_string(get(int32_t{}));
-        case GGUF_TYPE_UINT64:  return std::to_string(get(uint64_t{}));
-        case GGUF_TYPE_INT64:   return std::to_string(get(int64_t{}));
+        case GGUF_TYPE_UINT8: return std::to_string(get(uint8_t{}));
+        case GGUF_TYPE_INT8: return std::to_string(get(int8_t{}));
+        case GGUF_TYPE_UINT16: return std::to_string(get(uint16_t{}));
+        case GGUF_TYPE_INT16: return std::to_string(get(int16_t{}));
+        case GGUF_TYPE_UINT32: return std::to_string(get(uint32_t{}));
+        case GGUF_TYPE_INT32: return std::to_string(get(int32_t{}));
+        case GGUF_TYPE_UINT64: return std::to_string(get(uint64_t{}));
+        case GGUF_TYPE_INT64: return std::to_string(get(int64_t{}));
         case GGUF_TYPE_FLOAT32: return std::to_string(get(float{}));
         case GGUF_TYPE_FLOAT64: return std::to_string(get(double{}));
-        case GGUF_TYPE_BOOL:    return get(uint8_t{}) ? "true" : "false";
-        default:                return gguf_type_label(v.type);
+        case GGUF_TYPE_BOOL: return get(uint8_t{}) ? "true" : "false";
+        default: return gguf_type_label(v.type);
     }
 }
 

@@ -37,7 +37,7 @@ struct LayerWeights {
 // The matrices a river re-quantizes; every other tensor of a block is shared.
 struct MatrixSlot {
     const char * suffix;
-    ggml_tensor * LayerWeights::*member;
+    ggml_tensor * LayerWeights::* member;
 };
 extern const MatrixSlot k_layer_matrices[7];
 

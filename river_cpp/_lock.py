@@ -20,7 +20,7 @@ class ModelLock:
 
     def __init__(self) -> None:
         self._condition = threading.Condition(threading.Lock())
-        self._owner: "int | None" = None
+        self._owner: int | None = None
         self._depth = 0
 
     def acquire(self) -> None:
@@ -44,7 +44,7 @@ class ModelLock:
         with self._condition:
             return self._depth > 0
 
-    def __enter__(self) -> "ModelLock":
+    def __enter__(self) -> ModelLock:
         self.acquire()
         return self
 

@@ -73,8 +73,9 @@ class ChatSession:
             if len(ids) + room <= model.n_ctx or len(ids) < model.n_ctx and not self.history:
                 return ids, dropped
             if not self.history:
-                raise ValueError(f"the message has {len(ids)} tokens with its template; "
-                                 f"the context holds {model.n_ctx}")
+                raise ValueError(
+                    f"the message has {len(ids)} tokens with its template; the context holds {model.n_ctx}"
+                )
             del self.history[:2]
             dropped += 1
 
@@ -84,8 +85,9 @@ class ChatSession:
         with the Turn as its `turn` attribute."""
         ids, dropped = self._prompt_ids(user)
         cached = self.model.cached_prefix(ids, route="backbone" if self.speculative else "prompt")
-        stream = self.model.generate(ids, stream=True, max_tokens=self.max_tokens, speculative=self.speculative,
-                                     **self.sampling)
+        stream = self.model.generate(
+            ids, stream=True, max_tokens=self.max_tokens, speculative=self.speculative, **self.sampling
+        )
         text: list[str] = []
         layers: list[int] = []
         start = time.perf_counter()
@@ -110,15 +112,19 @@ class ChatSession:
         done = [t.result for t in self.turns if t.result is not None]
         generated = sum(len(r.token_ids) - 1 for r in done)
         seconds = sum(r.generation_seconds for r in done)
-        lines = [f"turns: {len(self.turns)}, tokens generated: {len(layers)}, "
-                 f"context: {self.model.n_past}/{self.model.n_ctx} positions cached",
-                 stats.summary(),
-                 f"generation: {generated / seconds if seconds > 0 else 0.0:.1f} tokens/s over the conversation",
-                 f"policy: {describe_policy(self.model.policy)}"
-                 + (", speculative (the backbone's own tokens)" if self.speculative else "")]
+        lines = [
+            f"turns: {len(self.turns)}, tokens generated: {len(layers)}, "
+            f"context: {self.model.n_past}/{self.model.n_ctx} positions cached",
+            stats.summary(),
+            f"generation: {generated / seconds if seconds > 0 else 0.0:.1f} tokens/s over the conversation",
+            f"policy: {describe_policy(self.model.policy)}"
+            + (", speculative (the backbone's own tokens)" if self.speculative else ""),
+        ]
         if stats.n_tokens:
-            lines.append("exit depth histogram: " + " ".join(
-                f"{depth}:{count}" for depth, count in enumerate(stats.histogram) if count))
+            lines.append(
+                "exit depth histogram: "
+                + " ".join(f"{depth}:{count}" for depth, count in enumerate(stats.histogram) if count)
+            )
         return "\n".join(lines)
 
 
@@ -126,8 +132,12 @@ def describe_policy(policy: ExitPolicy) -> str:
     thresholds = set(policy.thresholds) | {policy.beyond}
     if thresholds == {float("inf")}:
         return "backbone only"
-    if policy.thresholds and policy.thresholds[-1] == float("-inf") and policy.beyond == float("inf") \
-            and set(policy.thresholds[:-1]) <= {float("inf")}:
+    if (
+        policy.thresholds
+        and policy.thresholds[-1] == float("-inf")
+        and policy.beyond == float("inf")
+        and set(policy.thresholds[:-1]) <= {float("inf")}
+    ):
         return f"exit after {len(policy.thresholds) - 1} backbone layers"
     finite = sorted(t for t in thresholds if abs(t) != float("inf"))
     if len(finite) == 1:
@@ -180,8 +190,15 @@ def _lines(stdin: TextIO, interactive: bool, prompt: str) -> Iterator[str]:
         yield line
 
 
-def repl(session: ChatSession, *, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,
-         stderr: TextIO = sys.stderr, start_policy: Optional[ExitPolicy] = None, min_layer: int = 2) -> int:
+def repl(
+    session: ChatSession,
+    *,
+    stdin: TextIO = sys.stdin,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+    start_policy: Optional[ExitPolicy] = None,
+    min_layer: int = 2,
+) -> int:
     """Chat until /exit, end of input or a double Ctrl+C; the exit status."""
     interactive = stdin.isatty()
     model = session.model
@@ -195,8 +212,10 @@ def repl(session: ChatSession, *, stdin: TextIO = sys.stdin, stdout: TextIO = sy
         stdout.flush()
 
     if interactive:
-        note(f"river-cpp chat: {model.n_layer} layers, context {model.n_ctx}, "
-             f"{describe_policy(model.policy)}. /help for commands.")
+        note(
+            f"river-cpp chat: {model.n_layer} layers, context {model.n_ctx}, "
+            f"{describe_policy(model.policy)}. /help for commands."
+        )
     last_interrupt = 0.0
     lines = _lines(stdin, interactive, ">>> ")
     for line in lines:
@@ -208,7 +227,7 @@ def repl(session: ChatSession, *, stdin: TextIO = sys.stdin, stdout: TextIO = sy
             continue
         text = line.strip()
         if text.startswith(MULTILINE):
-            text = _multiline(text[len(MULTILINE):], lines)
+            text = _multiline(text[len(MULTILINE) :], lines)
             if text is None:
                 continue
         elif not text:
@@ -251,8 +270,9 @@ def _multiline(first: str, lines: Iterator[Optional[str]]) -> Optional[str]:
     return text or None
 
 
-def _command(text: str, session: ChatSession, note: Callable[[str], None], start_policy: ExitPolicy,
-             min_layer: int) -> Optional[int]:
+def _command(
+    text: str, session: ChatSession, note: Callable[[str], None], start_policy: ExitPolicy, min_layer: int
+) -> Optional[int]:
     """Run a /command; an exit status to quit with, or None."""
     name, _, argument = text.partition(" ")
     argument = argument.strip()

@@ -28,8 +28,9 @@ class ContextOverflowError(ValueError):
     """The prompt leaves no room to generate: it has `prompt_tokens` tokens of `n_ctx`."""
 
     def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
-        super().__init__(f"the prompt has {prompt_tokens} tokens, which leaves no room to generate "
-                         f"in the context of {n_ctx} tokens")
+        super().__init__(
+            f"the prompt has {prompt_tokens} tokens, which leaves no room to generate in the context of {n_ctx} tokens"
+        )
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
 
@@ -59,8 +60,14 @@ class _Run:
     speculative: Any = None
 
 
-def _run(model, stream: GenerationStream, run: _Run, policy: Optional[ExitPolicy], speculative: bool,
-         cancel: Optional[Cancel]) -> Iterator[GenerationChunk]:
+def _run(
+    model,
+    stream: GenerationStream,
+    run: _Run,
+    policy: Optional[ExitPolicy],
+    speculative: bool,
+    cancel: Optional[Cancel],
+) -> Iterator[GenerationChunk]:
     """The chunks of `stream` with the model's lock held and `policy` in force; fills `run`."""
     with model._lock:
         saved = model.policy
@@ -89,10 +96,22 @@ def _run(model, stream: GenerationStream, run: _Run, policy: Optional[ExitPolicy
                 model.policy = saved
 
 
-def _start(model, prompt: Union[str, Sequence[int]], *, max_tokens: Optional[int], temperature: float,
-           top_p: float, top_k: int, min_p: float, repeat_penalty: float, seed: Optional[int],
-           stop: Union[str, Sequence[str], None], logprobs: Optional[int], policy: Optional[ExitPolicy],
-           speculative: Any) -> tuple[GenerationStream, _Run]:
+def _start(
+    model,
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: Optional[int],
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    min_p: float,
+    repeat_penalty: float,
+    seed: Optional[int],
+    stop: Union[str, Sequence[str], None],
+    logprobs: Optional[int],
+    policy: Optional[ExitPolicy],
+    speculative: Any,
+) -> tuple[GenerationStream, _Run]:
     """Check every option and tokenize; the (not yet running) stream and its record."""
     if isinstance(prompt, str):
         prompt_ids = model.tokenize(prompt, add_bos=True, special=True)
@@ -100,16 +119,28 @@ def _start(model, prompt: Union[str, Sequence[int]], *, max_tokens: Optional[int
         prompt_ids = list(prompt)
     if len(prompt_ids) >= model.n_ctx:
         raise ContextOverflowError(len(prompt_ids), model.n_ctx)
-    if max_tokens is None or (isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool)
-                              and max_tokens <= 0):
+    if max_tokens is None or (
+        isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
+    ):
         max_tokens = model.n_ctx  # llama-cpp-python: None or <= 0 generates until the context is full
     if policy is not None:
         check_policy(model, policy)
     if speculative and not model.has_river:
         raise ValueError("speculative decoding needs a model with a river to draft with")
-    stream = model.generate(prompt_ids, stream=True, max_tokens=max_tokens, temperature=temperature,
-                            top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed,
-                            stop=stop, speculative=speculative or None, logprobs=logprobs)
+    stream = model.generate(
+        prompt_ids,
+        stream=True,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        seed=seed,
+        stop=stop,
+        speculative=speculative or None,
+        logprobs=logprobs,
+    )
     return stream, _Run(prompt_ids=prompt_ids)
 
 
@@ -137,15 +168,21 @@ def _usage(model, run: _Run) -> dict[str, Any]:
         "prompt_seconds": round(prompt_seconds, 6),
         "generation_seconds": round(generation_seconds, 6),
         "prompt_tokens_per_second": round((n_prompt - run.cached_tokens) / prompt_seconds, 2)
-        if prompt_seconds > 0 else 0.0,
+        if prompt_seconds > 0
+        else 0.0,
         "generation_tokens_per_second": round((n_generated - 1) / generation_seconds, 2)
-        if n_generated > 1 and generation_seconds > 0 else 0.0,
+        if n_generated > 1 and generation_seconds > 0
+        else 0.0,
     }
     if run.speculative is not None:
         spec = run.speculative
-        river["speculative"] = {"rounds": spec.rounds, "drafted": spec.drafted, "accepted": spec.accepted,
-                                "acceptance_rate": round(spec.acceptance_rate, 4),
-                                "tokens_per_round": round(spec.tokens_per_round, 4)}
+        river["speculative"] = {
+            "rounds": spec.rounds,
+            "drafted": spec.drafted,
+            "accepted": spec.accepted,
+            "acceptance_rate": round(spec.acceptance_rate, 4),
+            "tokens_per_round": round(spec.tokens_per_round, 4),
+        }
     return {
         "prompt_tokens": n_prompt,
         "completion_tokens": n_generated,
@@ -271,31 +308,59 @@ def create_completion(
     """
     n_top = _check_top_logprobs("logprobs", logprobs)
     include_usage = _include_usage(stream_options)
-    generation, run = _start(model, prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                             top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stop,
-                             logprobs=n_top, policy=policy, speculative=speculative)
+    generation, run = _start(
+        model,
+        prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        seed=seed,
+        stop=stop,
+        logprobs=n_top,
+        policy=policy,
+        speculative=speculative,
+    )
     chunks = _run(model, generation, run, policy, bool(speculative), cancel)
-    base = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": _model_name(model, model_name)}
+    base = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": _model_name(model, model_name),
+    }
     if stream:
         return _completion_chunks(model, chunks, run, base, n_top is not None, include_usage)
     every = list(chunks)
-    return {**base, "choices": [{
-        "text": run.text, "index": 0,
-        "logprobs": _CompletionLogprobs(model).of(every) if n_top is not None else None,
-        "finish_reason": run.finish_reason,
-    }], "usage": _usage(model, run)}
+    return {
+        **base,
+        "choices": [
+            {
+                "text": run.text,
+                "index": 0,
+                "logprobs": _CompletionLogprobs(model).of(every) if n_top is not None else None,
+                "finish_reason": run.finish_reason,
+            }
+        ],
+        "usage": _usage(model, run),
+    }
 
 
-def _completion_chunks(model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any],
-                       with_logprobs: bool, include_usage: bool) -> Iterator[dict[str, Any]]:
+def _completion_chunks(
+    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+) -> Iterator[dict[str, Any]]:
     logprobs = _CompletionLogprobs(model)
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 
     def chunk(text: str, finish_reason: Optional[str]) -> dict[str, Any]:
-        choice = {"text": text, "index": 0, "logprobs": logprobs.of(pending) if with_logprobs else None,
-                  "finish_reason": finish_reason}
+        choice = {
+            "text": text,
+            "index": 0,
+            "logprobs": logprobs.of(pending) if with_logprobs else None,
+            "finish_reason": finish_reason,
+        }
         pending.clear()
         return {**base, "choices": [choice], **extra}
 
@@ -344,7 +409,7 @@ def _content_text(content: object, i: int) -> str:
         texts = []
         for part in content:
             if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError(f"messages[{i}].content parts must be {{\"type\": \"text\", \"text\": ...}}")
+                raise ValueError(f'messages[{i}].content parts must be {{"type": "text", "text": ...}}')
             texts.append(part["text"])
         return "".join(texts)
     raise ValueError(f"messages[{i}].content must be a string or a list of text parts")
@@ -386,32 +451,55 @@ def create_chat_completion(
         raise ValueError("top_logprobs needs logprobs=True")
     include_usage = _include_usage(stream_options)
     prompt = chat_prompt(model, messages)
-    generation, run = _start(model, prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                             top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stop,
-                             logprobs=(n_top or 0) if logprobs else None, policy=policy, speculative=speculative)
+    generation, run = _start(
+        model,
+        prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        seed=seed,
+        stop=stop,
+        logprobs=(n_top or 0) if logprobs else None,
+        policy=policy,
+        speculative=speculative,
+    )
     chunks = _run(model, generation, run, policy, bool(speculative), cancel)
-    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
-            "model": _model_name(model, model_name)}
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
     if stream:
         return _chat_chunks(model, chunks, run, base, logprobs, include_usage)
     every = list(chunks)
-    return {**base, "object": "chat.completion", "choices": [{
-        "index": 0, "message": {"role": "assistant", "content": run.text},
-        "logprobs": _chat_logprobs(model, every) if logprobs else None,
-        "finish_reason": run.finish_reason,
-    }], "usage": _usage(model, run)}
+    return {
+        **base,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": run.text},
+                "logprobs": _chat_logprobs(model, every) if logprobs else None,
+                "finish_reason": run.finish_reason,
+            }
+        ],
+        "usage": _usage(model, run),
+    }
 
 
-def _chat_chunks(model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any],
-                 with_logprobs: bool, include_usage: bool) -> Iterator[dict[str, Any]]:
+def _chat_chunks(
+    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+) -> Iterator[dict[str, Any]]:
     base = {**base, "object": "chat.completion.chunk"}
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 
     def chunk(delta: dict[str, str], finish_reason: Optional[str]) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta,
-                  "logprobs": _chat_logprobs(model, pending) if with_logprobs else None,
-                  "finish_reason": finish_reason}
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": _chat_logprobs(model, pending) if with_logprobs else None,
+            "finish_reason": finish_reason,
+        }
         pending.clear()
         return {**base, "choices": [choice], **extra}
 

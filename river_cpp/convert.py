@@ -134,7 +134,5 @@ def _dequantize(tensor: gguf.ReaderTensor, out_dtype: np.dtype) -> np.ndarray:
         try:
             out[start : start + rows_per_chunk] = gguf.quants.dequantize(chunk, tensor.tensor_type)
         except NotImplementedError as e:
-            raise ValueError(
-                f"cannot dequantize tensor {tensor.name} of type {tensor.tensor_type.name}"
-            ) from e
+            raise ValueError(f"cannot dequantize tensor {tensor.name} of type {tensor.tensor_type.name}") from e
     return out.reshape(_numpy_shape(tensor))

@@ -57,7 +57,14 @@ class ExitPainter:
             return f"[exit depth: each token is followed by {{backbone layers it ran}}, of {self.n_layer}]"
         names = []
         for i, (low, high) in enumerate(self.buckets):
-            label = "river" if high == 0 else "backbone" if low == self.n_layer else \
-                f"{low}" if low == high else f"{low}-{high}"
+            label = (
+                "river"
+                if high == 0
+                else "backbone"
+                if low == self.n_layer
+                else f"{low}"
+                if low == high
+                else f"{low}-{high}"
+            )
             names.append(f"\x1b[38;5;{self._color(i)}m■ {label}{_RESET}")
         return f"exit depth (backbone layers of {self.n_layer}): " + " ".join(names)

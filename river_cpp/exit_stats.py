@@ -24,7 +24,7 @@ class ExitStats:
     backbone_fraction_avoided: float
 
     @classmethod
-    def from_exit_layers(cls, exit_layers: Sequence[int], n_layer: int) -> "ExitStats":
+    def from_exit_layers(cls, exit_layers: Sequence[int], n_layer: int) -> ExitStats:
         layers = np.asarray(exit_layers, dtype=np.int64)
         if layers.size == 0:
             return cls(n_layer, 0, float("nan"), (0,) * (n_layer + 1), 0.0)
@@ -36,5 +36,7 @@ class ExitStats:
         """One line for a terminal."""
         if self.n_tokens == 0:
             return "exit: no tokens"
-        return (f"exit: mean layer {self.mean_exit_layer:.2f}/{self.n_layer}, "
-                f"{100 * self.backbone_fraction_avoided:.1f}% of backbone layer evaluations avoided")
+        return (
+            f"exit: mean layer {self.mean_exit_layer:.2f}/{self.n_layer}, "
+            f"{100 * self.backbone_fraction_avoided:.1f}% of backbone layer evaluations avoided"
+        )

@@ -14,8 +14,18 @@ import codecs
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Callable, Generator, Iterator, Literal, NamedTuple, Optional, Sequence, Union,
-                    overload)
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Generator,
+    Iterator,
+    Literal,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Union,
+    overload,
+)
 
 import numpy as np
 
@@ -51,7 +61,7 @@ class GenerationResult:
     generation_seconds: float
     exit_layers: list[int] = field(default_factory=list)
     n_layer: int = 0
-    speculative: Optional["SpeculativeStats"] = None
+    speculative: Optional[SpeculativeStats] = None
 
     @property
     def exit_stats(self) -> ExitStats:
@@ -113,7 +123,7 @@ class GenerationStream:
         self._chunks = chunks
         self._result: Optional[GenerationResult] = None
 
-    def __iter__(self) -> "GenerationStream":
+    def __iter__(self) -> GenerationStream:
         return self
 
     def __next__(self) -> GenerationChunk:
@@ -162,16 +172,21 @@ def decode_one_token(model: LanguageModel, token: int) -> np.ndarray:
 
 
 def generate_step(
-    model: LanguageModel, prompt_ids: Sequence[int], sampler: Callable[[np.ndarray, Sequence[int]], int], *,
-    speculative: Optional["Speculative"] = None, speculative_stats: Optional["SpeculativeStats"] = None,
+    model: LanguageModel,
+    prompt_ids: Sequence[int],
+    sampler: Callable[[np.ndarray, Sequence[int]], int],
+    *,
+    speculative: Optional[Speculative] = None,
+    speculative_stats: Optional[SpeculativeStats] = None,
 ) -> Iterator[Step]:
     """Tokens continuing `prompt_ids`, one Step per next(), until the caller stops.
 
     `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
     measurement forces tokens this way). With `speculative`, rounds of drafted tokens
     are verified by the backbone (river_cpp.speculative); the tokens are the
-    backbone's, and `speculative_stats` (if given) counts drafts and acceptances. Lazy: the forward after a token runs only when the caller asks for
-    the next one. Ends when the prompt and the tokens yielded fill the context.
+    backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
+    Lazy: the forward after a token runs only when the caller asks for the next one.
+    Ends when the prompt and the tokens yielded fill the context.
     """
     if speculative is not None:
         from river_cpp.speculative import speculative_step
@@ -262,7 +277,7 @@ def _generate_chunks(
     sampler: Sampler,
     max_new_tokens: int,
     stop: Sequence[str],
-    speculative: Optional["Speculative"],
+    speculative: Optional[Speculative],
     logprobs: Optional[int] = None,
 ) -> Generator[GenerationChunk, None, GenerationResult]:
     """One chunk per sampled token; returns the GenerationResult."""
@@ -331,37 +346,65 @@ def stream_generate(
     anything runs."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral)
-                                 or not 0 <= logprobs <= model.n_vocab):
+    if logprobs is not None and (
+        isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral) or not 0 <= logprobs <= model.n_vocab
+    ):
         raise ValueError(f"logprobs must be an integer in [0, n_vocab] or None, got {logprobs!r}")
     params = SamplingParams(
-        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repeat_penalty=repeat_penalty, seed=model.seed if seed is None else seed,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        seed=model.seed if seed is None else seed,
     )
     stop_strings = _stop_strings(stop)
     prompt_ids = _prompt_ids(model, prompt)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
-    chunks = _generate_chunks(model, prompt_ids, Sampler(params), max_new_tokens, stop_strings,
-                              _speculative(speculative), None if logprobs is None else int(logprobs))
+    chunks = _generate_chunks(
+        model,
+        prompt_ids,
+        Sampler(params),
+        max_new_tokens,
+        stop_strings,
+        _speculative(speculative),
+        None if logprobs is None else int(logprobs),
+    )
     return GenerationStream(chunks)
 
 
 @overload
 def generate(
-    model: LanguageModel, prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
-    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
-    repeat_penalty: float = ..., seed: Optional[int] = ...,
-    stop: Union[str, Sequence[str], None] = ..., speculative: SpeculativeOption = ...,
+    model: LanguageModel,
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: int = ...,
+    temperature: float = ...,
+    top_k: int = ...,
+    top_p: float = ...,
+    min_p: float = ...,
+    repeat_penalty: float = ...,
+    seed: Optional[int] = ...,
+    stop: Union[str, Sequence[str], None] = ...,
+    speculative: SpeculativeOption = ...,
     stream: Literal[False] = ...,
 ) -> GenerationResult: ...
 
 
 @overload
 def generate(
-    model: LanguageModel, prompt: Union[str, Sequence[int]], *, max_tokens: int = ...,
-    temperature: float = ..., top_k: int = ..., top_p: float = ..., min_p: float = ...,
-    repeat_penalty: float = ..., seed: Optional[int] = ...,
-    stop: Union[str, Sequence[str], None] = ..., speculative: SpeculativeOption = ...,
+    model: LanguageModel,
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: int = ...,
+    temperature: float = ...,
+    top_k: int = ...,
+    top_p: float = ...,
+    min_p: float = ...,
+    repeat_penalty: float = ...,
+    seed: Optional[int] = ...,
+    stop: Union[str, Sequence[str], None] = ...,
+    speculative: SpeculativeOption = ...,
     stream: Literal[True],
 ) -> GenerationStream: ...
 
@@ -393,7 +436,7 @@ def generate(
     return chunk_stream.result
 
 
-def _speculative(option: SpeculativeOption) -> Optional["Speculative"]:
+def _speculative(option: SpeculativeOption) -> Optional[Speculative]:
     """generate's `speculative` option as a Speculative (or None)."""
     if option is None or option is False:
         return None
@@ -431,7 +474,5 @@ def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list
     if not ids:
         raise ValueError("the prompt is empty: it has no tokens")
     if len(ids) >= model.n_ctx:
-        raise ValueError(
-            f"the prompt has {len(ids)} tokens, which leaves no room to generate in n_ctx = {model.n_ctx}"
-        )
+        raise ValueError(f"the prompt has {len(ids)} tokens, which leaves no room to generate in n_ctx = {model.n_ctx}")
     return ids

@@ -23,7 +23,7 @@ DEFAULT_MAX_ARRAY = 1024
 class ArraySummary:
     """A metadata array too long to convert: its element type and length only."""
 
-    element_type: str   # "string", "float32", "int32", ...
+    element_type: str  # "string", "float32", "int32", ...
     length: int
 
 
@@ -32,10 +32,10 @@ class TensorInfo:
     """One entry of the tensor table."""
 
     name: str
-    type: str                 # ggml type name: "f32", "f16", "q8_0", ...
-    shape: tuple[int, ...]    # ggml order: shape[0] is the row length
+    type: str  # ggml type name: "f32", "f16", "q8_0", ...
+    shape: tuple[int, ...]  # ggml order: shape[0] is the row length
     n_bytes: int
-    offset: int               # of the first byte, from the start of the file
+    offset: int  # of the first byte, from the start of the file
 
 
 @dataclass(frozen=True)
@@ -45,22 +45,33 @@ class GgufInfo:
     path: Path
     version: int
     alignment: int
-    data_offset: int          # where the tensor data section starts
+    data_offset: int  # where the tensor data section starts
     file_size: int
     metadata: dict[str, Any]  # key -> int, float, bool, str, list, or ArraySummary
-    types: dict[str, str]     # key -> "uint32", "string", "array[string]", ...
+    types: dict[str, str]  # key -> "uint32", "string", "array[string]", ...
     tensors: tuple[TensorInfo, ...]
 
     @classmethod
-    def read(cls, path: Union[str, os.PathLike], *, max_array: Optional[int] = DEFAULT_MAX_ARRAY) -> "GgufInfo":
+    def read(cls, path: Union[str, os.PathLike], *, max_array: Optional[int] = DEFAULT_MAX_ARRAY) -> GgufInfo:
         """Parse `path`'s header; arrays longer than max_array (None: no limit) are summarised."""
         raw = _core.gguf_info(os.fspath(path), -1 if max_array is None else max_array)
-        metadata = {key: ArraySummary(value["element_type"], value["length"]) if isinstance(value, dict) else value
-                    for key, value in raw["metadata"].items()}
-        tensors = tuple(TensorInfo(t["name"], t["type"], tuple(t["shape"]), t["n_bytes"], t["offset"])
-                        for t in raw["tensors"])
-        return cls(Path(path), raw["version"], raw["alignment"], raw["data_offset"], raw["file_size"], metadata,
-                   dict(raw["types"]), tensors)
+        metadata = {
+            key: ArraySummary(value["element_type"], value["length"]) if isinstance(value, dict) else value
+            for key, value in raw["metadata"].items()
+        }
+        tensors = tuple(
+            TensorInfo(t["name"], t["type"], tuple(t["shape"]), t["n_bytes"], t["offset"]) for t in raw["tensors"]
+        )
+        return cls(
+            Path(path),
+            raw["version"],
+            raw["alignment"],
+            raw["data_offset"],
+            raw["file_size"],
+            metadata,
+            dict(raw["types"]),
+            tensors,
+        )
 
     @property
     def arch(self) -> str:

@@ -139,8 +139,13 @@ class RiverModel:
         self._cached_ids: list[int] = []
         self._cached_depths: list[int] = []
 
-    def _load_river(self, river: Union[str, os.PathLike, None], river_types: Optional[Mapping[int, str]],
-                    river_head: Union[bool, str], progress: bool) -> None:
+    def _load_river(
+        self,
+        river: Union[str, os.PathLike, None],
+        river_types: Optional[Mapping[int, str]],
+        river_head: Union[bool, str],
+        progress: bool,
+    ) -> None:
         head_type = river_head if isinstance(river_head, str) else None
         if river is None:
             if river_types or river_head:
@@ -157,8 +162,9 @@ class RiverModel:
             return
         spec = RiverSpec(default_type=river, layer_types=dict(river_types or {}), head_type=head_type or river)
         spec.types_for(self.n_layer)
-        self.river_path = load_cached_river(self.engine, Path(self.model_path), spec,
-                                            n_threads=self.n_threads, progress=progress)
+        self.river_path = load_cached_river(
+            self.engine, Path(self.model_path), spec, n_threads=self.n_threads, progress=progress
+        )
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -177,7 +183,7 @@ class RiverModel:
                 self._engine = None
                 self._tokenizer.close()
 
-    def __enter__(self) -> "RiverModel":
+    def __enter__(self) -> RiverModel:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -185,9 +191,12 @@ class RiverModel:
 
     @property
     def engine(self) -> _core.Engine:
+        self._check_open()
+        return self._engine
+
+    def _check_open(self) -> None:
         if self._engine is None:
             raise ValueError("this RiverModel is closed")
-        return self._engine
 
     # ---------------------------------------------------------------- sizes
 
@@ -253,12 +262,12 @@ class RiverModel:
 
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of `text` (llama.cpp's tokenizer for this GGUF)."""
-        self.engine  # raises when closed
+        self._check_open()
         return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """Text of `ids`; invalid UTF-8 is replaced."""
-        self.engine
+        self._check_open()
         return self._tokenizer.detokenize(ids)
 
     # ---------------------------------------------------------------- compute

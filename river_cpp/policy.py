@@ -19,7 +19,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 NEVER = math.inf
 ALWAYS = -math.inf
@@ -50,19 +50,20 @@ class ExitPolicy:
         object.__setattr__(self, "beyond", float(self.beyond))
 
     @classmethod
-    def never(cls) -> "ExitPolicy":
+    def never(cls) -> ExitPolicy:
         """Every token runs the full backbone."""
         return cls()
 
     @classmethod
-    def at_layer(cls, k: int) -> "ExitPolicy":
+    def at_layer(cls, k: int) -> ExitPolicy:
         """Every token runs exactly k backbone layers, then the river (k = 0: all river)."""
         _check_depth("exit layer", k)
         return cls((NEVER,) * k + (ALWAYS,))
 
     @classmethod
-    def uniform(cls, tau: float, *, min_layer: int = 1, max_layer: Optional[int] = None,
-                signal: str = "cosine") -> "ExitPolicy":
+    def uniform(
+        cls, tau: float, *, min_layer: int = 1, max_layer: Optional[int] = None, signal: str = "cosine"
+    ) -> ExitPolicy:
         """Exit when the signal exceeds ``tau``, checked after ``min_layer`` up to
         ``max_layer`` backbone layers (None: up to the last layer)."""
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau):
@@ -78,24 +79,35 @@ class ExitPolicy:
     def to_json(self, **about: Any) -> str:
         """The policy as JSON (infinite thresholds as "inf" / "-inf"); `about` records
         where it came from (model, target, measured quality) and is ignored on load."""
-        return json.dumps({"format": FILE_FORMAT, "signal": self.signal,
-                           "thresholds": [_encode(t) for t in self.thresholds], "beyond": _encode(self.beyond),
-                           "about": about}, indent=2) + "\n"
+        return (
+            json.dumps(
+                {
+                    "format": FILE_FORMAT,
+                    "signal": self.signal,
+                    "thresholds": [_encode(t) for t in self.thresholds],
+                    "beyond": _encode(self.beyond),
+                    "about": about,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "ExitPolicy":
+    def from_json(cls, text: str) -> ExitPolicy:
         """The policy of to_json's output; ValueError names what is wrong with other text."""
         try:
             data = json.loads(text)
         except ValueError as error:
             raise ValueError(f"not a river-cpp policy (invalid JSON: {error})") from None
         if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
-            raise ValueError(f"not a river-cpp policy (expected \"format\": \"{FILE_FORMAT}\")")
+            raise ValueError(f'not a river-cpp policy (expected "format": "{FILE_FORMAT}")')
         thresholds = data.get("thresholds")
         if not isinstance(thresholds, list):
             raise ValueError("a river-cpp policy needs a list of thresholds")
-        return cls(tuple(_decode(t) for t in thresholds), _decode(data.get("beyond", "inf")),
-                   data.get("signal", "cosine"))
+        return cls(
+            tuple(_decode(t) for t in thresholds), _decode(data.get("beyond", "inf")), data.get("signal", "cosine")
+        )
 
     def save(self, path: Union[str, os.PathLike], **about: Any) -> None:
         """Write to_json(**about) to `path`."""
@@ -103,7 +115,7 @@ class ExitPolicy:
             f.write(self.to_json(**about))
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "ExitPolicy":
+    def load(cls, path: Union[str, os.PathLike]) -> ExitPolicy:
         """The policy saved at `path` (by save or `river-cpp calibrate`)."""
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())
@@ -115,8 +127,9 @@ class ExitPolicy:
         depth beyond it does not fit the model.
         """
         if len(self.thresholds) > n_layer + 1:
-            raise ValueError(f"this policy sets thresholds up to depth {len(self.thresholds) - 1}; "
-                             f"the model has {n_layer} layers")
+            raise ValueError(
+                f"this policy sets thresholds up to depth {len(self.thresholds) - 1}; the model has {n_layer} layers"
+            )
         padded = list(self.thresholds) + [self.beyond] * (n_layer - len(self.thresholds))
         return padded[:n_layer]
 
@@ -132,8 +145,8 @@ def _encode(threshold: float) -> Union[float, str]:
 
 def _decode(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"a threshold must be a number, \"inf\" or \"-inf\", got {value!r}")
+        raise ValueError(f'a threshold must be a number, "inf" or "-inf", got {value!r}')
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"a threshold must be a number, \"inf\" or \"-inf\", got {value!r}") from None
+        raise ValueError(f'a threshold must be a number, "inf" or "-inf", got {value!r}') from None

@@ -20,11 +20,11 @@ class Preset:
     """One named way to run a backbone with its river."""
 
     name: str
-    river: str                      # the river type built from the backbone
-    river_head: Union[bool, str]    # exited tokens' LM head: a type, True (the river's type), False (the backbone's)
-    prefill: str                    # the prompt's route: "backbone" (full precision) or "exit"
-    tau: Optional[float]            # decode exits at this uniform threshold; None: every token on the river
-    min_layer: int                  # least backbone layers before a threshold exit is checked
+    river: str  # the river type built from the backbone
+    river_head: Union[bool, str]  # exited tokens' LM head: a type, True (the river's type), False (the backbone's)
+    prefill: str  # the prompt's route: "backbone" (full precision) or "exit"
+    tau: Optional[float]  # decode exits at this uniform threshold; None: every token on the river
+    min_layer: int  # least backbone layers before a threshold exit is checked
 
     @property
     def policy(self) -> ExitPolicy:

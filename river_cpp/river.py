@@ -51,8 +51,9 @@ class RiverSpec:
 
     def key(self) -> str:
         """A stable text naming this spec, stored in the river file."""
-        return json.dumps({"default": self.default_type, "layers": self.layer_types, "head": self.head_type},
-                          sort_keys=True)
+        return json.dumps(
+            {"default": self.default_type, "layers": self.layer_types, "head": self.head_type}, sort_keys=True
+        )
 
 
 def river_cache_path(backbone_path: Path, spec: RiverSpec) -> Path:
@@ -64,25 +65,30 @@ def river_cache_path(backbone_path: Path, spec: RiverSpec) -> Path:
     return cache_dir() / "rivers" / f"{backbone_path.stem}.river-{tag}-{digest}.gguf"
 
 
-def build_river(engine: _core.Engine, backbone_path: Path, spec: RiverSpec, out_path: Path, *,
-                n_threads: int, progress: bool = True) -> Path:
+def build_river(
+    engine: _core.Engine, backbone_path: Path, spec: RiverSpec, out_path: Path, *, n_threads: int, progress: bool = True
+) -> Path:
     """Quantize the engine's backbone into a river GGUF at out_path."""
     from tqdm import tqdm
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     metadata = _river_metadata(backbone_path, spec)
-    with tqdm(total=7 * engine.n_layer + 1, desc=f"river {spec.default_type}", unit="tensor",
-              disable=not progress) as bar:
+    with tqdm(
+        total=7 * engine.n_layer + 1, desc=f"river {spec.default_type}", unit="tensor", disable=not progress
+    ) as bar:
+
         def report(done: int, total: int) -> None:
             bar.update(done - bar.n)
 
-        _core.build_river(engine, spec.types_for(engine.n_layer), spec.head_type, metadata, str(out_path),
-                          n_threads, report)
+        _core.build_river(
+            engine, spec.types_for(engine.n_layer), spec.head_type, metadata, str(out_path), n_threads, report
+        )
     return out_path
 
 
-def load_cached_river(engine: _core.Engine, backbone_path: Path, spec: RiverSpec, *, n_threads: int,
-                      progress: bool = True) -> Path:
+def load_cached_river(
+    engine: _core.Engine, backbone_path: Path, spec: RiverSpec, *, n_threads: int, progress: bool = True
+) -> Path:
     """Load the cached river of this backbone and spec into the engine, building it
     first when it is missing, stale (the backbone changed) or unreadable."""
     path = river_cache_path(backbone_path, spec)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import numpy as np
 
 # The tokens still in the running, as (token ids, their logits); the stages below
 # keep ids and logits aligned and never look at the vocabulary as a whole again.
-Candidates = Tuple[np.ndarray, np.ndarray]
+Candidates = tuple[np.ndarray, np.ndarray]
 
 # top_p looks at this many of the most likely tokens first and, until they hold
 # enough probability, at _TOP_P_GROWTH times as many: no sort of the whole vocabulary
@@ -53,9 +53,7 @@ class SamplingParams:
             _check_int("seed", self.seed, low=0)
 
 
-def _check_real(
-    name: str, value: object, *, low: float, high: float = math.inf, low_inclusive: bool = True
-) -> None:
+def _check_real(name: str, value: object, *, low: float, high: float = math.inf, low_inclusive: bool = True) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
         raise ValueError(f"{name} must be a number, got {value!r}")
     too_low = value < low if low_inclusive else value <= low
@@ -75,9 +73,7 @@ def _check_int(name: str, value: object, *, low: int) -> None:
 # ---------------------------------------------------------------- stages
 
 
-def apply_repeat_penalty(
-    logits: np.ndarray, history: Sequence[int], penalty: float, last_n: int
-) -> np.ndarray:
+def apply_repeat_penalty(logits: np.ndarray, history: Sequence[int], penalty: float, last_n: int) -> np.ndarray:
     """Penalize tokens seen in the last `last_n` of `history` (a new array).
 
     llama.cpp's rule: a positive logit is divided by `penalty`, a negative (or

@@ -69,13 +69,14 @@ class ServerConfig:
     cors_origins: Optional[Sequence[str]] = None
     insecure: bool = False
     keepalive_seconds: float = 10.0
-    speculative: Any = None   # a Speculative for requests whose river field does not say
+    speculative: Any = None  # a Speculative for requests whose river field does not say
 
     def check(self) -> None:
         """ValueError for a configuration that must not run."""
         if not is_loopback(self.host) and not self.api_key and not self.insecure:
-            raise ValueError(f"refusing to serve on {self.host} (not loopback) without --api-key; "
-                             "pass --insecure to do it anyway")
+            raise ValueError(
+                f"refusing to serve on {self.host} (not loopback) without --api-key; pass --insecure to do it anyway"
+            )
         if self.queue_size < 0:
             raise ValueError(f"the queue size must be >= 0, got {self.queue_size}")
         if self.max_body_bytes <= 0:
@@ -104,25 +105,35 @@ def is_loopback(host: str) -> bool:
 class APIError(Exception):
     """An error answered in OpenAI's shape: {"error": {message, type, param, code}}."""
 
-    def __init__(self, status: int, message: str, *, param: Optional[str] = None, code: Optional[str] = None,
-                 kind: str = "invalid_request_error", headers: Optional[Mapping[str, str]] = None,
-                 extra: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: Optional[str] = None,
+        code: Optional[str] = None,
+        kind: str = "invalid_request_error",
+        headers: Optional[Mapping[str, str]] = None,
+        extra: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = dict(headers or {})
         self.extra = dict(extra or {})
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code,
-                          **self.extra}}
+        return {
+            "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code, **self.extra}
+        }
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def _busy(message: str) -> APIError:
-    return APIError(503, message, kind="server_error", code="server_busy",
-                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    return APIError(
+        503, message, kind="server_error", code="server_busy", headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+    )
 
 
 # ---------------------------------------------------------------- validation
@@ -143,8 +154,9 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _number(body: Mapping[str, Any], name: str, default: Optional[float], low: float, high: float, *,
-            low_open: bool = False) -> Optional[float]:
+def _number(
+    body: Mapping[str, Any], name: str, default: Optional[float], low: float, high: float, *, low_open: bool = False
+) -> Optional[float]:
     value = body.get(name)
     if value is None:
         return default
@@ -181,10 +193,10 @@ def _stop(body: Mapping[str, Any]) -> Optional[list[str]]:
     if stop is None:
         return None
     stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or len(stops) > MAX_STOP_STRINGS or \
-            not all(isinstance(s, str) and s for s in stops):
-        raise APIError(400, f"stop must be a non-empty string or a list of at most {MAX_STOP_STRINGS} of them",
-                       param="stop")
+    if not isinstance(stops, list) or len(stops) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in stops):
+        raise APIError(
+            400, f"stop must be a non-empty string or a list of at most {MAX_STOP_STRINGS} of them", param="stop"
+        )
     return stops
 
 
@@ -210,8 +222,7 @@ def _river_options(body: Mapping[str, Any], n_layer: int, default_speculative: A
         policy = ExitPolicy.at_layer(_integer(river, "exit_layer", None, 0, n_layer))
     elif river.get("policy") is not None:
         if not isinstance(river["policy"], dict):
-            raise APIError(400, "river.policy must be a policy object (as `river-cpp calibrate` writes)",
-                           param="river")
+            raise APIError(400, "river.policy must be a policy object (as `river-cpp calibrate` writes)", param="river")
         try:
             policy = ExitPolicy.from_json(json.dumps(river["policy"]))
         except ValueError as error:
@@ -246,13 +257,18 @@ def _unsupported(body: Mapping[str, Any]) -> None:
         raise APIError(400, "tools are not supported", param="tools")
     response_format = body.get("response_format")
     if response_format is not None and response_format != {"type": "text"}:
-        raise APIError(400, "only response_format {\"type\": \"text\"} is supported", param="response_format")
+        raise APIError(400, 'only response_format {"type": "text"} is supported', param="response_format")
 
 
 def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
     """Sampling options shared by both endpoints (llama-server's defaults)."""
-    max_tokens = _integer(body, "max_completion_tokens" if chat and "max_completion_tokens" in body
-                          else "max_tokens", None if chat else 16, 1, 1 << 30)
+    max_tokens = _integer(
+        body,
+        "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
+        None if chat else 16,
+        1,
+        1 << 30,
+    )
     seed = _integer(body, "seed", None, -(1 << 63), (1 << 64) - 1)
     options = {
         "max_tokens": max_tokens,
@@ -288,8 +304,7 @@ def _completion_prompt(body: Mapping[str, Any]) -> Union[str, list[int]]:
         return prompt
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return prompt
-    raise APIError(400, "prompt must be a string, or a list of token ids (one prompt per request)",
-                   param="prompt")
+    raise APIError(400, "prompt must be a string, or a list of token ids (one prompt per request)", param="prompt")
 
 
 @dataclass
@@ -305,16 +320,21 @@ class ParsedRequest:
         return self.options["stream"]
 
 
-def parse_request(body: Mapping[str, Any], *, chat: bool, model_id: str, n_layer: int,
-                  default_speculative: Any = None) -> ParsedRequest:
+def parse_request(
+    body: Mapping[str, Any], *, chat: bool, model_id: str, n_layer: int, default_speculative: Any = None
+) -> ParsedRequest:
     """Check every field of a completions or chat completions body; APIError otherwise."""
     name = body.get("model")
     if name is not None and not isinstance(name, str):
         raise APIError(400, "model must be a string", param="model")
     if name is not None and name != model_id:
         # A request names a model; it never names a file to load.
-        raise APIError(404, f"the model {name!r} does not exist: this server serves {model_id!r}",
-                       param="model", code="model_not_found")
+        raise APIError(
+            404,
+            f"the model {name!r} does not exist: this server serves {model_id!r}",
+            param="model",
+            code="model_not_found",
+        )
     _unsupported(body)
     options = _sampling(body, chat=chat)
     options.update(_river_options(body, n_layer, default_speculative))
@@ -388,8 +408,13 @@ class Job:
 
 
 def _overflow(error: ContextOverflowError) -> APIError:
-    return APIError(400, str(error), param="messages", code="context_length_exceeded",
-                    extra={"prompt_tokens": error.prompt_tokens, "n_ctx": error.n_ctx})
+    return APIError(
+        400,
+        str(error),
+        param="messages",
+        code="context_length_exceeded",
+        extra={"prompt_tokens": error.prompt_tokens, "n_ctx": error.n_ctx},
+    )
 
 
 class ModelWorker:
@@ -397,14 +422,14 @@ class ModelWorker:
 
     def __init__(self, load: Callable[[], Any], *, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
         self._load = load
-        self.capacity = queue_size + 1   # the running job and those waiting
-        self._jobs: "queue.Queue[Optional[Job]]" = queue.Queue()
+        self.capacity = queue_size + 1  # the running job and those waiting
+        self._jobs: queue.Queue[Optional[Job]] = queue.Queue()
         self._pending = 0
         self._count_lock = threading.Lock()
         self.model: Any = None
         self.load_error: Optional[BaseException] = None
         self.ready = threading.Event()
-        self.finished: deque[Job] = deque(maxlen=32)   # the latest jobs, for tests and logs
+        self.finished: deque[Job] = deque(maxlen=32)  # the latest jobs, for tests and logs
         self._thread = threading.Thread(target=self._main, name="river-cpp-model", daemon=True)
 
     def start(self) -> None:
@@ -453,7 +478,7 @@ class ModelWorker:
 def _sse(data: Any) -> bytes:
     """One server-sent event carrying `data` as JSON (or the literal [DONE])."""
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {text}\n\n".encode("utf-8")
+    return f"data: {text}\n\n".encode()
 
 
 async def _watch_disconnect(receive: Callable, job: Job) -> None:
@@ -475,8 +500,11 @@ class _EventStream:
         self.headers = headers
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                   (b"x-accel-buffering", b"no")]
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
         watcher = asyncio.ensure_future(_watch_disconnect(receive, self.job))
         try:
@@ -495,7 +523,7 @@ class _EventStream:
                     await send({"type": "http.response.body", "body": _sse("[DONE]"), "more_body": False})
                     return
                 await send({"type": "http.response.body", "body": body, "more_body": True})
-        except OSError:   # the client went away while we wrote
+        except OSError:  # the client went away while we wrote
             pass
         finally:
             self.job.cancel.set()
@@ -524,19 +552,22 @@ class _Guard:
     def _check(self, scope: dict, headers: Mapping[str, str]) -> Optional[APIError]:
         host = _host_name(headers.get("host", ""))
         if "*" not in self.hosts and host not in self.hosts:
-            return APIError(400, f"the Host header {headers.get('host', '')!r} is not allowed "
-                                 "(add it with --allowed-host)", code="invalid_host")
+            return APIError(
+                400,
+                f"the Host header {headers.get('host', '')!r} is not allowed (add it with --allowed-host)",
+                code="invalid_host",
+            )
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.config.max_body_bytes):
-            return APIError(413, f"the request body is larger than {self.config.max_body_bytes} bytes",
-                            code="request_too_large")
+            return APIError(
+                413, f"the request body is larger than {self.config.max_body_bytes} bytes", code="request_too_large"
+            )
         key = self.config.api_key
         if key and scope["path"] != "/health" and scope["method"] != "OPTIONS":
             given = headers.get("authorization", "")
             token = given[7:] if given[:7].lower() == "bearer " else ""
             if not hmac.compare_digest(token.encode("utf-8"), key.encode("utf-8")):
-                return APIError(401, "invalid or missing API key (Authorization: Bearer KEY)",
-                                code="invalid_api_key")
+                return APIError(401, "invalid or missing API key (Authorization: Bearer KEY)", code="invalid_api_key")
         return None
 
 
@@ -544,7 +575,7 @@ def _host_name(host: str) -> str:
     """The name of a Host header, without its port."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[1:host.find("]")] if "]" in host else host
+        return host[1 : host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
@@ -568,11 +599,19 @@ class Server:
             cors = {"allow_origin_regex": LOCAL_ORIGIN_REGEX}
         else:
             cors = {"allow_origins": list(self.config.cors_origins)}
-        app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, middleware=[
-            Middleware(CORSMiddleware, allow_methods=["GET", "POST", "OPTIONS"],
-                       allow_headers=["Authorization", "Content-Type"], **cors),
-            Middleware(_Guard, config=self.config),
-        ])
+        app = Starlette(
+            routes=routes,
+            exception_handlers={HTTPException: _http_error},
+            middleware=[
+                Middleware(
+                    CORSMiddleware,
+                    allow_methods=["GET", "POST", "OPTIONS"],
+                    allow_headers=["Authorization", "Content-Type"],
+                    **cors,
+                ),
+                Middleware(_Guard, config=self.config),
+            ],
+        )
         return app
 
     async def health(self, request: Request) -> Response:
@@ -583,8 +622,12 @@ class Server:
         return JSONResponse({"status": "ok", "queued": self.worker.pending})
 
     async def models(self, request: Request) -> Response:
-        entry: dict[str, Any] = {"id": self.model_id, "object": "model", "created": self.created,
-                                 "owned_by": "river-cpp"}
+        entry: dict[str, Any] = {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "river-cpp",
+        }
         model = self.worker.model
         if self.worker.ready.is_set():
             entry["river"] = {"n_layer": model.n_layer, "n_ctx": model.n_ctx, "has_river": model.has_river}
@@ -604,8 +647,13 @@ class Server:
             if not self.worker.ready.is_set():
                 raise _busy("the model is loading")
             model = self.worker.model
-            parsed = parse_request(body, chat=chat, model_id=self.model_id, n_layer=model.n_layer,
-                                   default_speculative=self.config.speculative)
+            parsed = parse_request(
+                body,
+                chat=chat,
+                model_id=self.model_id,
+                n_layer=model.n_layer,
+                default_speculative=self.config.speculative,
+            )
             await self._check_context(model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
             if not self.worker.submit(job):
@@ -634,8 +682,9 @@ class Server:
         async for part in request.stream():
             size += len(part)
             if size > self.config.max_body_bytes:
-                raise APIError(413, f"the request body is larger than {self.config.max_body_bytes} bytes",
-                               code="request_too_large")
+                raise APIError(
+                    413, f"the request body is larger than {self.config.max_body_bytes} bytes", code="request_too_large"
+                )
             parts.append(part)
         return b"".join(parts)
 
@@ -683,18 +732,32 @@ def make_server(app: Callable, config: ServerConfig, *, log_level: str = "info")
     """A uvicorn.Server for `app` (h11, no websockets, no proxy headers trusted)."""
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(
-        app, host=config.host, port=config.port, http="h11", ws="none", lifespan="off", loop="asyncio",
-        proxy_headers=False, server_header=False, log_level=log_level, timeout_graceful_shutdown=5,
-    ))
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            http="h11",
+            ws="none",
+            lifespan="off",
+            loop="asyncio",
+            proxy_headers=False,
+            server_header=False,
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+        )
+    )
 
 
 def serve(load: Callable[[], Any], config: ServerConfig, model_id: str, *, log_level: str = "info") -> None:
     """Serve until interrupted: /health answers 503 while `load()` runs on the worker."""
     app, worker = build(load, config, model_id)
-    print(f"river-cpp serve: http://{config.host}:{config.port}/v1, model {model_id!r}"
-          f"{'' if config.api_key else ', no API key'}; /health answers 503 until it is loaded",
-          file=sys.stderr, flush=True)
+    print(
+        f"river-cpp serve: http://{config.host}:{config.port}/v1, model {model_id!r}"
+        f"{'' if config.api_key else ', no API key'}; /health answers 503 until it is loaded",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         make_server(app, config, log_level=log_level).run()
     finally:

@@ -16,7 +16,6 @@ draft length, not text or stopping.
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from dataclasses import dataclass
@@ -57,8 +56,11 @@ class Speculative:
     def __post_init__(self) -> None:
         if isinstance(self.draft, str) and self.draft != "river":
             raise ValueError(f'draft must be "river", an ExitPolicy or a model, got {self.draft!r}')
-        if isinstance(self.max_draft, bool) or not isinstance(self.max_draft, numbers.Integral) \
-                or not 1 <= self.max_draft <= 64:
+        if (
+            isinstance(self.max_draft, bool)
+            or not isinstance(self.max_draft, numbers.Integral)
+            or not 1 <= self.max_draft <= 64
+        ):
             raise ValueError(f"max_draft must be an integer in [1, 64], got {self.max_draft!r}")
         if isinstance(self.p_min, bool) or not isinstance(self.p_min, numbers.Real) or not 0.0 <= self.p_min < 1.0:
             raise ValueError(f"p_min must be a number in [0, 1), got {self.p_min!r}")
@@ -68,10 +70,10 @@ class Speculative:
 class SpeculativeStats:
     """Counts of one speculative generation."""
 
-    rounds: int = 0      # backbone verify forwards
-    drafted: int = 0     # tokens the draft proposed
-    accepted: int = 0    # drafted tokens the backbone kept
-    generated: int = 0   # tokens the rounds produced (accepted + the backbone's own)
+    rounds: int = 0  # backbone verify forwards
+    drafted: int = 0  # tokens the draft proposed
+    accepted: int = 0  # drafted tokens the backbone kept
+    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own)
 
     @property
     def acceptance_rate(self) -> float:
@@ -84,8 +86,10 @@ class SpeculativeStats:
         return self.generated / self.rounds if self.rounds else 0.0
 
     def summary(self) -> str:
-        return (f"speculative: {self.drafted} drafted, {self.accepted} accepted "
-                f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify")
+        return (
+            f"speculative: {self.drafted} drafted, {self.accepted} accepted "
+            f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify"
+        )
 
 
 # ---------------------------------------------------------------- drafts
@@ -168,18 +172,18 @@ class DraftLength:
     draft now and then to notice when drafting pays again.
     """
 
-    _DECAY = 0.9            # weight of the past in the running estimates, per round
-    _PROBE_EVERY = 32       # rounds of plain decoding between two probing drafts
+    _DECAY = 0.9  # weight of the past in the running estimates, per round
+    _PROBE_EVERY = 32  # rounds of plain decoding between two probing drafts
     _PRIOR_ACCEPTANCE = 0.7
-    _PRIOR_VERIFY_SLOPE = 0.25   # extra verify cost per position, relative to one
+    _PRIOR_VERIFY_SLOPE = 0.25  # extra verify cost per position, relative to one
 
     def __init__(self, max_draft: int, adaptive: bool) -> None:
         self.max_draft = max_draft
         self.adaptive = adaptive
-        self._accepted = self._PRIOR_ACCEPTANCE   # decayed counts of accepted / offered drafts
+        self._accepted = self._PRIOR_ACCEPTANCE  # decayed counts of accepted / offered drafts
         self._offered = 1.0
         self._draft_seconds: Optional[float] = None
-        self._verify: dict[int, float] = {}        # positions -> running seconds
+        self._verify: dict[int, float] = {}  # positions -> running seconds
         self._rounds = 0
         self._plain_rounds = 0
 
@@ -193,7 +197,7 @@ class DraftLength:
         if not self.adaptive:
             return min(self.max_draft, room)
         if self._rounds == 1:
-            k = 0   # a plain step first: the cost of one backbone token
+            k = 0  # a plain step first: the cost of one backbone token
         elif self._draft_seconds is None:
             k = min(4, self.max_draft)
         else:
@@ -204,13 +208,17 @@ class DraftLength:
                     k = 1
         return min(k, room)
 
-    def observe(self, *, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
-                draft_forwards: int) -> None:
+    def observe(
+        self, *, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float, draft_forwards: int
+    ) -> None:
         """Record one round."""
         if draft_forwards:
             per_draft = draft_seconds / draft_forwards
-            self._draft_seconds = per_draft if self._draft_seconds is None else \
-                self._DECAY * self._draft_seconds + (1 - self._DECAY) * per_draft
+            self._draft_seconds = (
+                per_draft
+                if self._draft_seconds is None
+                else self._DECAY * self._draft_seconds + (1 - self._DECAY) * per_draft
+            )
         n = n_drafted + 1
         old = self._verify.get(n)
         self._verify[n] = verify_seconds if old is None else self._DECAY * old + (1 - self._DECAY) * verify_seconds
@@ -262,14 +270,17 @@ def _draw_residual(sampler: Sampler, target: np.ndarray, draft: np.ndarray) -> i
     """After a rejection: a draw from max(target - draft, 0), normalized."""
     residual = np.maximum(target - draft, 0.0)
     support = np.flatnonzero(residual)
-    if support.size == 0:   # target == draft: the rejection had probability 0
+    if support.size == 0:  # target == draft: the rejection had probability 0
         support = np.flatnonzero(target)
         return sampler.draw(support, target[support] / target[support].sum())
     return sampler.draw(support, residual[support] / residual[support].sum())
 
 
 def speculative_step(
-    model: LanguageModel, prompt_ids: Sequence[int], sampler: Sampler, spec: Speculative,
+    model: LanguageModel,
+    prompt_ids: Sequence[int],
+    sampler: Sampler,
+    spec: Speculative,
     stats: Optional[SpeculativeStats] = None,
 ) -> Iterator[Step]:
     """generate_step's speculative twin: the backbone's tokens, several per forward.
@@ -292,7 +303,7 @@ def speculative_step(
         history.append(token)
         yield Step(token, logits, n_layer)
         while True:
-            start = model.n_past   # every token of `history` but the last is in the cache
+            start = model.n_past  # every token of `history` but the last is in the cache
             if start + 1 >= model.n_ctx:
                 return
             k = lengths.next(room=model.n_ctx - start - 1)
@@ -303,7 +314,7 @@ def speculative_step(
             draft_dists: list[np.ndarray] = []
             forwards = 0
             while len(drafts) < k:
-                draft_logits = draft.forward((history + drafts)[draft.n_past:])
+                draft_logits = draft.forward((history + drafts)[draft.n_past :])
                 forwards += 1
                 if spec.p_min > 0.0 and _top_probability(draft_logits) < spec.p_min:
                     break
@@ -337,8 +348,13 @@ def speculative_step(
             n_accepted = len(new) - 1
             model.rewind(start + len(new))
             draft.keep(start + len(new))
-            lengths.observe(n_drafted=len(drafts), n_accepted=n_accepted, draft_seconds=drafted_at - began,
-                            verify_seconds=verified_at - drafted_at, draft_forwards=forwards)
+            lengths.observe(
+                n_drafted=len(drafts),
+                n_accepted=n_accepted,
+                draft_seconds=drafted_at - began,
+                verify_seconds=verified_at - drafted_at,
+                draft_forwards=forwards,
+            )
             stats.rounds += 1
             stats.drafted += len(drafts)
             stats.accepted += n_accepted

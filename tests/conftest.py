@@ -109,8 +109,18 @@ FAMILY_TENSORS = {
 
 
 def _llama_tensors(
-    rng: np.random.Generator, *, n_vocab: int, n_layer: int, n_embd: int, n_head: int,
-    n_head_kv: int, head_dim: int, n_ff: int, tie_embeddings: bool, extras: set[str], rope_freqs: bool,
+    rng: np.random.Generator,
+    *,
+    n_vocab: int,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    head_dim: int,
+    n_ff: int,
+    tie_embeddings: bool,
+    extras: set[str],
+    rope_freqs: bool,
 ) -> dict[str, np.ndarray]:
     """Random llama-family weights by GGUF name, float32, numpy shapes ([ne1, ne0]).
 
@@ -165,10 +175,21 @@ def _add_tensor(writer: gguf.GGUFWriter, name: str, values: np.ndarray, dtype: s
 
 
 def write_tiny_gguf(
-    path: Path, tokenizer: list[gguf.ReaderField], *, n_layer: int = 2, n_embd: int = 64,
-    n_head: int = 4, n_head_kv: int = 2, head_dim: Optional[int] = None, n_ff: int = 128,
-    arch: str = "llama", dtype: str = "f32", seed: int = 0, tie_embeddings: bool = True,
-    rope_freqs: bool = False, metadata: Optional[dict[str, Any]] = None,
+    path: Path,
+    tokenizer: list[gguf.ReaderField],
+    *,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    head_dim: Optional[int] = None,
+    n_ff: int = 128,
+    arch: str = "llama",
+    dtype: str = "f32",
+    seed: int = 0,
+    tie_embeddings: bool = True,
+    rope_freqs: bool = False,
+    metadata: Optional[dict[str, Any]] = None,
 ) -> Path:
     """Write a random-weight llama-family GGUF with the given tokenizer metadata.
 
@@ -195,15 +216,27 @@ def write_tiny_gguf(
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     for key, value in (metadata or {}).items():
-        kind = {bool: gguf.GGUFValueType.BOOL, int: gguf.GGUFValueType.UINT32,
-                float: gguf.GGUFValueType.FLOAT32, str: gguf.GGUFValueType.STRING}[type(value)]
+        kind = {
+            bool: gguf.GGUFValueType.BOOL,
+            int: gguf.GGUFValueType.UINT32,
+            float: gguf.GGUFValueType.FLOAT32,
+            str: gguf.GGUFValueType.STRING,
+        }[type(value)]
         writer.add_key_value(f"{arch}.{key}", value, kind)
     writer.add_file_type(MATRIX_TYPES[dtype][1])
     add_fields(writer, tokenizer)
     tensors = _llama_tensors(
-        np.random.default_rng(seed), n_vocab=n_vocab, n_layer=n_layer, n_embd=n_embd,
-        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, tie_embeddings=tie_embeddings,
-        extras=FAMILY_TENSORS.get(arch, set()), rope_freqs=rope_freqs,
+        np.random.default_rng(seed),
+        n_vocab=n_vocab,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_ff=n_ff,
+        tie_embeddings=tie_embeddings,
+        extras=FAMILY_TENSORS.get(arch, set()),
+        rope_freqs=rope_freqs,
     )
     for name, values in tensors.items():
         _add_tensor(writer, name, values, dtype)
@@ -266,8 +299,16 @@ def tiny_llama3(make_tiny_gguf) -> Path:
 def tiny_mistral(make_tiny_gguf) -> Path:
     """A mistral-style llama: 8 query heads over 2 KV heads of size 32 (wider than n_embd / n_head),
     an untied head, and linear rope scaling (factor 2)."""
-    return make_tiny_gguf("tiny_mistral", n_layer=3, n_head=8, n_head_kv=2, head_dim=32, tie_embeddings=False,
-                          metadata={"rope.scaling.type": "linear", "rope.scaling.factor": 2.0}, seed=4)
+    return make_tiny_gguf(
+        "tiny_mistral",
+        n_layer=3,
+        n_head=8,
+        n_head_kv=2,
+        head_dim=32,
+        tie_embeddings=False,
+        metadata={"rope.scaling.type": "linear", "rope.scaling.factor": 2.0},
+        seed=4,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -275,10 +316,22 @@ def tiny_gemma3(make_tiny_gguf) -> Path:
     """4 layers of gemma3: scaled embeddings, q/k norms, post-norms, GELU, logit soft-capping,
     and a 4-token sliding window on layers 0 and 2 with their own rope base (the global
     layers 1 and 3 use linear rope scaling), so every feature shows within a short prompt."""
-    return make_tiny_gguf("tiny_gemma3", n_layer=4, arch="gemma3", head_dim=32, tie_embeddings=False, metadata={
-        "attention.sliding_window": 4, "attention.sliding_window_pattern": 2, "rope.freq_base_swa": 100.0,
-        "rope.scaling.type": "linear", "rope.scaling.factor": 4.0, "final_logit_softcapping": 30.0,
-    }, seed=4)
+    return make_tiny_gguf(
+        "tiny_gemma3",
+        n_layer=4,
+        arch="gemma3",
+        head_dim=32,
+        tie_embeddings=False,
+        metadata={
+            "attention.sliding_window": 4,
+            "attention.sliding_window_pattern": 2,
+            "rope.freq_base_swa": 100.0,
+            "rope.scaling.type": "linear",
+            "rope.scaling.factor": 4.0,
+            "final_logit_softcapping": 30.0,
+        },
+        seed=4,
+    )
 
 
 # ---------------------------------------------------------------- other files

@@ -12,9 +12,9 @@ import numpy as np
 class LlamaRun:
     """llama.cpp's logits of every prompt position and its greedy continuation."""
 
-    logits: np.ndarray          # [n_prompt, n_vocab]
+    logits: np.ndarray  # [n_prompt, n_vocab]
     greedy: list[int]
-    decode_logits: np.ndarray   # [n_tokens, n_vocab]: row i chose greedy[i]
+    decode_logits: np.ndarray  # [n_tokens, n_vocab]: row i chose greedy[i]
 
     def decided(self, noise: float) -> np.ndarray:
         """Which greedy choices lead the runner-up by more than `noise` logits."""

@@ -14,8 +14,7 @@ import numpy as np
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of a GGUF, dequantized to float32 in numpy order ([n_out, n_in])."""
     reader = gguf.GGUFReader(path)
-    return {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-            for t in reader.tensors}
+    return {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32) for t in reader.tensors}
 
 
 def read_hparams(path: Path) -> dict[str, float]:
@@ -91,7 +90,7 @@ class ReferenceLlama:
     def _attend(self, il: int, q: np.ndarray) -> np.ndarray:
         n_head, head_dim = q.shape
         group = n_head // self.hp["n_head_kv"]
-        keys = np.stack(self.keys[il]).reshape(len(self.keys[il]), -1, head_dim)      # [pos, kv_head, d]
+        keys = np.stack(self.keys[il]).reshape(len(self.keys[il]), -1, head_dim)  # [pos, kv_head, d]
         values = np.stack(self.values[il]).reshape(len(self.values[il]), -1, head_dim)
         out = np.empty_like(q)
         for h in range(n_head):

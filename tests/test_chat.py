@@ -45,18 +45,55 @@ def test_old_exchanges_are_dropped_to_fit_the_context(model):
 
 
 def test_the_repl_through_a_pipe(tiny_llama4, tmp_path):
-    script = "\n".join([
-        "Hello there", "/stats", '"""', "first line", "second line", '"""', "/system Be brief.",
-        "/tau 0.5", "/tau off", "/nonsense", "/reset", "Again", "/exit", "never read",
-    ]) + "\n"
-    done = subprocess.run(CLI + ["chat", "-m", str(tiny_llama4), "--river", "none", "-t", "2", "--n-ctx", "256",
-                                 "-n", "6", "--temperature", "0"],
-                          input=script, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    script = (
+        "\n".join(
+            [
+                "Hello there",
+                "/stats",
+                '"""',
+                "first line",
+                "second line",
+                '"""',
+                "/system Be brief.",
+                "/tau 0.5",
+                "/tau off",
+                "/nonsense",
+                "/reset",
+                "Again",
+                "/exit",
+                "never read",
+            ]
+        )
+        + "\n"
+    )
+    done = subprocess.run(
+        CLI
+        + [
+            "chat",
+            "-m",
+            str(tiny_llama4),
+            "--river",
+            "none",
+            "-t",
+            "2",
+            "--n-ctx",
+            "256",
+            "-n",
+            "6",
+            "--temperature",
+            "0",
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     footers = [line for line in done.stderr.splitlines() if line.startswith("[") and "tokens/s" in line]
-    assert len(footers) == 3   # three messages, the multi-line one counted once
+    assert len(footers) == 3  # three messages, the multi-line one counted once
     assert "turns: 1" in done.stderr and "[system prompt set]" in done.stderr
-    assert "error: /tau" in done.stderr   # no river: only the backbone
+    assert "error: /tau" in done.stderr  # no river: only the backbone
     assert "unknown command /nonsense" in done.stderr and "[conversation forgotten]" in done.stderr
     assert len(done.stdout.splitlines()) == 3
 
@@ -73,8 +110,10 @@ def test_exit_painter_buckets_and_markers():
 
 
 def test_generate_show_exits_marks_tokens(tiny_llama4, capsys, river_cache):
-    assert main(["generate", "Hello", "-m", str(tiny_llama4), "-n", "6", "--exit-layer", "2", "--show-exits",
-                 "-t", "2"]) == 0
+    assert (
+        main(["generate", "Hello", "-m", str(tiny_llama4), "-n", "6", "--exit-layer", "2", "--show-exits", "-t", "2"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("[exit depth") and "{2}" in out
 
@@ -96,14 +135,18 @@ class _InterruptingOutput(io.StringIO):
 
 
 def test_ctrl_c_stops_the_answer_and_twice_quits(model, monkeypatch):
-    monkeypatch.setattr("river_cpp.chat.DOUBLE_INTERRUPT_SECONDS", 60.0)   # a loaded machine is slow
+    monkeypatch.setattr("river_cpp.chat.DOUBLE_INTERRUPT_SECONDS", 60.0)  # a loaded machine is slow
     session = ChatSession(model, max_tokens=40, sampling={"temperature": 0.0})
     stderr = io.StringIO()
-    status = repl(session, stdin=io.StringIO("Tell me a story\nAnother one\nnever asked\n"),
-                  stdout=_InterruptingOutput(after=3), stderr=stderr)
-    assert status == 130   # the second Ctrl+C came within DOUBLE_INTERRUPT_SECONDS
+    status = repl(
+        session,
+        stdin=io.StringIO("Tell me a story\nAnother one\nnever asked\n"),
+        stdout=_InterruptingOutput(after=3),
+        stderr=stderr,
+    )
+    assert status == 130  # the second Ctrl+C came within DOUBLE_INTERRUPT_SECONDS
     assert "[stopped]" in stderr.getvalue() and len(session.turns) == 2
     assert session.turns[0].result is None and len(session.turns[0].exit_layers) == 3
-    assert session.history[1]["content"] == session.turns[0].text   # the partial answer stays
+    assert session.history[1]["content"] == session.turns[0].text  # the partial answer stays
     assert not model._lock.locked()
-    assert model.create_completion("Hi", max_tokens=2)["choices"]   # the model serves the next call
+    assert model.create_completion("Hi", max_tokens=2)["choices"]  # the model serves the next call

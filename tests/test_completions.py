@@ -45,7 +45,8 @@ def test_completion_shape(model):
     assert sum(river["exit_histogram"]) == usage["completion_tokens"]
     assert 0.0 <= river["backbone_layers_avoided"] <= 1.0
     assert river["mean_exit_layer"] == pytest.approx(
-        sum(d * c for d, c in enumerate(river["exit_histogram"])) / usage["completion_tokens"], abs=1e-3)
+        sum(d * c for d, c in enumerate(river["exit_histogram"])) / usage["completion_tokens"], abs=1e-3
+    )
     assert "speculative" not in river
 
 
@@ -67,7 +68,7 @@ def test_speculative_usage_and_per_call_policy(model):
     spec = response["usage"]["river"]["speculative"]
     assert spec["drafted"] >= spec["accepted"] >= 0 and 0.0 <= spec["acceptance_rate"] <= 1.0
     backbone = model.create_completion(PROMPT, max_tokens=8, temperature=0, policy=ExitPolicy.never())
-    assert response["choices"][0]["text"] == backbone["choices"][0]["text"]   # lossless
+    assert response["choices"][0]["text"] == backbone["choices"][0]["text"]  # lossless
     assert backbone["usage"]["river"]["mean_exit_layer"] == model.n_layer
     assert model.policy == policy
 
@@ -78,7 +79,7 @@ def test_logprobs(model):
     assert len(logprobs["tokens"]) == len(logprobs["token_logprobs"]) == len(logprobs["top_logprobs"])
     assert "".join(logprobs["tokens"]) == response["choices"][0]["text"]
     for chosen, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
-        assert chosen <= 0 and chosen == pytest.approx(max(top.values()))   # greedy picks the top token
+        assert chosen <= 0 and chosen == pytest.approx(max(top.values()))  # greedy picks the top token
     chat = model.create_chat_completion(MESSAGES, max_tokens=5, temperature=0, logprobs=True, top_logprobs=2)
     content = chat["choices"][0]["logprobs"]["content"]
     assert content and all(len(item["top_logprobs"]) == 2 and item["logprob"] <= 0 for item in content)
@@ -86,10 +87,17 @@ def test_logprobs(model):
     assert values == sorted(values, reverse=True)
 
 
-@pytest.mark.parametrize("options", [
-    {"temperature": -1}, {"top_p": 2.0}, {"logprobs": 21}, {"stop": [""]}, {"stream_options": {"include_usage": 1}},
-    {"policy": ExitPolicy.at_layer(99)},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"temperature": -1},
+        {"top_p": 2.0},
+        {"logprobs": 21},
+        {"stop": [""]},
+        {"stream_options": {"include_usage": 1}},
+        {"policy": ExitPolicy.at_layer(99)},
+    ],
+)
 def test_invalid_options_raise_before_anything_runs(model, options):
     with pytest.raises((ValueError, TypeError)):
         model.create_completion(PROMPT, stream=True, **options)
@@ -109,14 +117,20 @@ def test_context_overflow_names_the_counts(model):
 
 def test_streaming_and_non_streaming_give_the_same_text(model):
     whole = model.create_completion(PROMPT, max_tokens=16, temperature=0)
-    chunks = list(model.create_completion(PROMPT, max_tokens=16, temperature=0, stream=True,
-                                          stream_options={"include_usage": True}))
+    chunks = list(
+        model.create_completion(
+            PROMPT, max_tokens=16, temperature=0, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole["choices"][0]["text"]
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == \
-        whole["usage"]["completion_tokens"]
+    assert (
+        chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]
+    )
     chat = model.create_chat_completion(MESSAGES, max_tokens=16, temperature=0)
-    streamed = "".join(c["choices"][0]["delta"].get("content", "")
-                       for c in model.create_chat_completion(MESSAGES, max_tokens=16, temperature=0, stream=True))
+    streamed = "".join(
+        c["choices"][0]["delta"].get("content", "")
+        for c in model.create_chat_completion(MESSAGES, max_tokens=16, temperature=0, stream=True)
+    )
     assert streamed == chat["choices"][0]["message"]["content"]
 
 
@@ -130,8 +144,7 @@ def test_seeded_sampling_is_reproducible(model):
 
 def test_cancel_stops_a_generation(model):
     cancel = threading.Event()
-    chunks = model.create_completion(PROMPT, max_tokens=100, temperature=0, stream=True, cancel=cancel,
-                                     stop=["@@@@@"])
+    chunks = model.create_completion(PROMPT, max_tokens=100, temperature=0, stream=True, cancel=cancel, stop=["@@@@@"])
     next(chunks)
     cancel.set()
     rest = list(chunks)
@@ -153,8 +166,10 @@ def test_two_threads_share_one_model(model):
             for _ in range(3):
                 for p in order:
                     if len(got[p]) % 2:
-                        text = "".join(c["choices"][0]["text"] for c in
-                                       model.create_completion(p, max_tokens=12, temperature=0, stream=True))
+                        text = "".join(
+                            c["choices"][0]["text"]
+                            for c in model.create_completion(p, max_tokens=12, temperature=0, stream=True)
+                        )
                     else:
                         text = model.create_completion(p, max_tokens=12, temperature=0)["choices"][0]["text"]
                     got[p].append(text)
@@ -177,7 +192,7 @@ def test_a_stream_holds_the_model_until_closed(model):
     other = threading.Thread(target=lambda: (model.create_completion("Hello", max_tokens=2), done.set()))
     other.start()
     time.sleep(0.3)
-    assert not done.is_set()   # waits its turn
+    assert not done.is_set()  # waits its turn
     stream.close()
     other.join(10)
     assert done.is_set()

@@ -70,7 +70,8 @@ def test_tensors_are_dequantized_in_order(readers):
     source, converted = readers
     assert [t.name for t in converted.tensors] == [t.name for t in source.tensors]
     assert {t.tensor_type for t in source.tensors if len(t.shape) >= 2} <= {
-        gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
+        gguf.GGMLQuantizationType.Q8_0,
+        gguf.GGMLQuantizationType.Q4_0,
     }
     for source_tensor, converted_tensor in zip(source.tensors, converted.tensors):
         assert_converted_tensor(source_tensor, converted_tensor)

@@ -105,10 +105,15 @@ def test_real_demo_backbone(demo_model, demo_backbone):
     assert {t.tensor_type for t in backbone.tensors if len(t.shape) >= 2} == {gguf.GGMLQuantizationType.F16}
 
 
-@pytest.mark.parametrize("name, base", [("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
-                                        ("Qwen2.5-Coder-0.5B-Instruct.gguf", "Qwen2.5-Coder-0.5B-Instruct"),
-                                        ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m"),
-                                        ("model.IQ4_NL.gguf", "model")])
+@pytest.mark.parametrize(
+    "name, base",
+    [
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
+        ("Qwen2.5-Coder-0.5B-Instruct.gguf", "Qwen2.5-Coder-0.5B-Instruct"),
+        ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m"),
+        ("model.IQ4_NL.gguf", "model"),
+    ],
+)
 def test_backbone_names_drop_the_type_tag(river_cache, small_gguf, tmp_path, name, base):
     release = tmp_path / name
     shutil.copyfile(small_gguf, release)

@@ -21,8 +21,19 @@ def our_logits_and_greedy(path, ids, n_tokens):
         return logits, tokens
 
 
-@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_llama4", "tiny_qwen2", "tiny_qwen3", "tiny_llama3", "tiny_mistral",
-                                     "tiny_gemma3", "demo_backbone"])
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "tiny_llama",
+        "tiny_llama4",
+        "tiny_qwen2",
+        "tiny_qwen3",
+        "tiny_llama3",
+        "tiny_mistral",
+        "tiny_gemma3",
+        "demo_backbone",
+    ],
+)
 def test_parity_with_llama_cpp(fixture, request):
     path = request.getfixturevalue(fixture)
     ids = llama_cpp.Llama(str(path), vocab_only=True, verbose=False).tokenize(PROMPT.encode())
@@ -126,16 +137,20 @@ def test_prompt_longer_than_context(tiny_llama):
         assert model.n_past == 10
 
 
-@pytest.mark.parametrize("ids, error", [([], ValueError), ([[1, 2]], ValueError), ([1.5], TypeError),
-                                        ([-1], RiverError), ([10**6], RiverError)])
+@pytest.mark.parametrize(
+    "ids, error",
+    [([], ValueError), ([[1, 2]], ValueError), ([1.5], TypeError), ([-1], RiverError), ([10**6], RiverError)],
+)
 def test_bad_token_ids(tiny_llama, ids, error):
     with RiverModel(tiny_llama, river=None) as model:
         with pytest.raises(error):
             model.forward(ids)
 
 
-@pytest.mark.parametrize("option", [{"n_ctx": 0}, {"n_ctx": -5}, {"n_threads": 0}, {"n_ctx": "big"},
-                                    {"prefill": "later"}, {"tail_layers": -1}])
+@pytest.mark.parametrize(
+    "option",
+    [{"n_ctx": 0}, {"n_ctx": -5}, {"n_threads": 0}, {"n_ctx": "big"}, {"prefill": "later"}, {"tail_layers": -1}],
+)
 def test_nonsense_options(tiny_llama, option):
     with pytest.raises(ValueError):
         RiverModel(tiny_llama, **option)

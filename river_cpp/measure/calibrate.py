@@ -43,8 +43,8 @@ def _no_progress(items: Sequence, desc: str) -> Sequence:
 class Target:
     """The quality a policy must keep against the backbone."""
 
-    top1: Optional[float] = None      # same-top-1 rate at least this
-    max_kld: Optional[float] = None   # mean KL divergence at most this
+    top1: Optional[float] = None  # same-top-1 rate at least this
+    max_kld: Optional[float] = None  # mean KL divergence at most this
 
     def __post_init__(self) -> None:
         if (self.top1 is None) == (self.max_kld is None):
@@ -67,8 +67,8 @@ class Target:
 class Trial:
     """One candidate policy measured on the calibration corpus."""
 
-    family: str           # UNIFORM or PER_LAYER
-    parameter: float      # tau, or the quantile q
+    family: str  # UNIFORM or PER_LAYER
+    parameter: float  # tau, or the quantile q
     policy: ExitPolicy
     report: QualityReport
     mean_exit: float
@@ -83,8 +83,9 @@ class Calibration:
     held_out_mean_exit: float = math.nan
 
 
-def split_workloads(tokenizer: TextTokenizer, documents: Sequence[Document], *, tokens: int, prefix: int = 32,
-                    forced: int = 64) -> tuple[Workload, Workload]:
+def split_workloads(
+    tokenizer: TextTokenizer, documents: Sequence[Document], *, tokens: int, prefix: int = 32, forced: int = 64
+) -> tuple[Workload, Workload]:
     """Calibration and held-out workloads of about `tokens` decode positions each,
     from a deterministic split of the corpus by document."""
     if min(tokens, prefix, forced) < 1:
@@ -94,8 +95,10 @@ def split_workloads(tokenizer: TextTokenizer, documents: Sequence[Document], *, 
     for half, documents_part in zip(("calibration", "held-out"), split_corpus(documents)):
         chunks = token_chunks(tokenizer, documents_part, length=prefix + forced + 1, n_chunks=n_chunks)
         if not chunks:
-            raise ValueError(f"the {half} half of the corpus (split by document) is shorter than one "
-                             f"{prefix + forced + 1}-token chunk: give more or longer documents")
+            raise ValueError(
+                f"the {half} half of the corpus (split by document) is shorter than one "
+                f"{prefix + forced + 1}-token chunk: give more or longer documents"
+            )
         works.append(Workload(chunks, prefix, [], 1))
     return works[0], works[1]
 
@@ -112,8 +115,9 @@ def signal_quantile_policy(signals: np.ndarray, q: float, *, min_layer: int, sig
     return ExitPolicy(tuple(thresholds), signal=signal)
 
 
-def backbone_signals(model: RiverModel, work: Workload, *, signal: str, progress: Progress = _no_progress
-                     ) -> np.ndarray:
+def backbone_signals(
+    model: RiverModel, work: Workload, *, signal: str, progress: Progress = _no_progress
+) -> np.ndarray:
     """The signal at every depth of every decode step of the corpus, with no token
     exiting: [positions, n_layer], NaN at depth 0."""
     model.policy = ExitPolicy.uniform(_NEVER_EXITS, min_layer=1, signal=signal)
@@ -125,7 +129,7 @@ def backbone_signals(model: RiverModel, work: Workload, *, signal: str, progress
             rows.append(np.array(model.engine.last_similarities, dtype=np.float64))
 
     for chunk in progress(work.chunks, "signals"):
-        teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=record)
+        teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], before_step=record)
         rows.append(np.array(model.engine.last_similarities, dtype=np.float64))  # the last decode step
     return np.stack(rows)
 
@@ -149,9 +153,18 @@ def bisect(measure: Callable[[float], Trial], target: Target, low: float, high: 
     return trials
 
 
-def calibrate(model: RiverModel, calibration: Workload, target: Target, *, held_out: Optional[Workload] = None,
-              signal: str = "cosine", min_layer: int = PAPER.min_layer, steps: int = 7, families: Sequence[str] = (UNIFORM, PER_LAYER),
-              progress: Progress = _no_progress) -> Calibration:
+def calibrate(
+    model: RiverModel,
+    calibration: Workload,
+    target: Target,
+    *,
+    held_out: Optional[Workload] = None,
+    signal: str = "cosine",
+    min_layer: int = PAPER.min_layer,
+    steps: int = 7,
+    families: Sequence[str] = (UNIFORM, PER_LAYER),
+    progress: Progress = _no_progress,
+) -> Calibration:
     """Thresholds that meet `target` on `calibration` at the least mean exit depth.
 
     `model` is loaded with its river; its policy is left at the chosen one. With
@@ -164,19 +177,29 @@ def calibrate(model: RiverModel, calibration: Workload, target: Target, *, held_
 
     def measure(family: str, parameter: float, policy: ExitPolicy) -> Trial:
         model.policy = policy
-        positions, exits = forced_positions(model, calibration, reference, progress=progress,
-                                            desc=f"{family} {parameter:.5f}")
+        positions, exits = forced_positions(
+            model, calibration, reference, progress=progress, desc=f"{family} {parameter:.5f}"
+        )
         return Trial(family, parameter, policy, QualityReport.from_positions(positions), float(exits.mean()))
 
     trials: list[Trial] = []
     if UNIFORM in families:
-        trials += bisect(lambda tau: measure(UNIFORM, tau, ExitPolicy.uniform(tau, min_layer=min_layer, signal=signal)),
-                         target, 0.9, 1.0, steps)
+        trials += bisect(
+            lambda tau: measure(UNIFORM, tau, ExitPolicy.uniform(tau, min_layer=min_layer, signal=signal)),
+            target,
+            0.9,
+            1.0,
+            steps,
+        )
     if PER_LAYER in families:
         signals = backbone_signals(model, calibration, signal=signal, progress=progress)
-        trials += bisect(lambda q: measure(PER_LAYER, q, signal_quantile_policy(signals, q, min_layer=min_layer,
-                                                                                   signal=signal)),
-                         target, 0.0, 1.0, steps)
+        trials += bisect(
+            lambda q: measure(PER_LAYER, q, signal_quantile_policy(signals, q, min_layer=min_layer, signal=signal)),
+            target,
+            0.0,
+            1.0,
+            steps,
+        )
     chosen = min((t for t in trials if target.met(t.report)), key=lambda t: t.mean_exit)
     result = Calibration(target, chosen, trials)
     if held_out is not None:

@@ -78,8 +78,16 @@ class Entry:
     controls: bool = False
 
 
-def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = (), river: str = PAPER.river,
-         min_layer: int = PAPER.min_layer, variant_tau: float = 0.98, variants: Sequence[str] = VARIANTS) -> list[Entry]:
+def plan(
+    n_layer: int,
+    *,
+    taus: Sequence[float],
+    signal_taus: Sequence[float] = (),
+    river: str = PAPER.river,
+    min_layer: int = PAPER.min_layer,
+    variant_tau: float = 0.98,
+    variants: Sequence[str] = VARIANTS,
+) -> list[Entry]:
     """The configurations to compare, ordered so that those sharing a river are adjacent.
 
     taus: the paper's River (cosine signal), with controls. signal_taus: the same with
@@ -89,11 +97,16 @@ def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = 
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ValueError(f"unknown variants {unknown} (known: {', '.join(VARIANTS)})")
-    entries = [Entry(river_at_tau(tau, river=river, min_layer=min_layer), sweep_group("cosine"), True)
-               for tau in taus]
+    entries = [Entry(river_at_tau(tau, river=river, min_layer=min_layer), sweep_group("cosine"), True) for tau in taus]
     if "update_norm" in variants:
-        entries += [Entry(river_at_tau(tau, river=river, min_layer=min_layer, signal="update_norm"),
-                          sweep_group("update_norm"), True) for tau in signal_taus]
+        entries += [
+            Entry(
+                river_at_tau(tau, river=river, min_layer=min_layer, signal="update_norm"),
+                sweep_group("update_norm"),
+                True,
+            )
+            for tau in signal_taus
+        ]
     if "backbone_prompt" in variants:
         entries.append(Entry(decode_on_river(river), VARIANT))
     entries.append(Entry(full_river(river), FULL_RIVER))
@@ -102,11 +115,15 @@ def plan(n_layer: int, *, taus: Sequence[float], signal_taus: Sequence[float] = 
         entries.append(Entry(at_tau, VARIANT))  # what the variants change (dropped below if the sweep has it)
     if "river_types" in variants:
         for river_type in (t for t in VARIANT_RIVER_TYPES if t != river):
-            entries += [Entry(river_at_tau(variant_tau, river=river_type, min_layer=min_layer), VARIANT),
-                        Entry(full_river(river_type), FULL_RIVER)]
+            entries += [
+                Entry(river_at_tau(variant_tau, river=river_type, min_layer=min_layer), VARIANT),
+                Entry(full_river(river_type), FULL_RIVER),
+            ]
         n_last = min(MIXED_LAST, n_layer)
-        entries += [Entry(with_last_layers(at_tau, n_layer, n_last, MIXED_TYPE), VARIANT),
-                    Entry(with_last_layers(full_river(river), n_layer, n_last, MIXED_TYPE), FULL_RIVER)]
+        entries += [
+            Entry(with_last_layers(at_tau, n_layer, n_last, MIXED_TYPE), VARIANT),
+            Entry(with_last_layers(full_river(river), n_layer, n_last, MIXED_TYPE), FULL_RIVER),
+        ]
     if "head" in variants:
         entries.append(Entry(with_head(at_tau, HEAD_TYPE), VARIANT))
         if "backbone_prompt" in variants:  # the river decode at the bytes of llama.cpp's own head
@@ -125,10 +142,10 @@ class Row:
     name: str
     group: str
     quality: QualityReport
-    bytes_per_token: float                        # mean weight bytes read per decoded token
-    mean_exit_layer: Optional[float] = None       # None for llama.cpp
-    tokens_until_divergence: Optional[float] = None   # None: not measured (random control)
-    control_of: Optional[str] = None              # the River row a control belongs to
+    bytes_per_token: float  # mean weight bytes read per decoded token
+    mean_exit_layer: Optional[float] = None  # None for llama.cpp
+    tokens_until_divergence: Optional[float] = None  # None: not measured (random control)
+    control_of: Optional[str] = None  # the River row a control belongs to
     # A control's KLD minus its River row's, position by position: mean and standard error
     # (paired, so much tighter than the difference of the two means' errors).
     kl_excess: Optional[float] = None
@@ -138,7 +155,7 @@ class Row:
         return dict(asdict(self), quality=self.quality.to_json())
 
     @classmethod
-    def from_json(cls, data: dict) -> "Row":
+    def from_json(cls, data: dict) -> Row:
         quality = dict(data["quality"])
         quality["kl_percentiles"] = {float(q): v for q, v in quality["kl_percentiles"].items()}
         return cls(**dict(data, quality=QualityReport(**quality)))
@@ -150,14 +167,14 @@ class Comparison:
 
     model: str
     n_layer: int
-    prefix: int                  # prefilled tokens of each chunk
-    forced: int                  # measured decode steps of each chunk
+    prefix: int  # prefilled tokens of each chunk
+    forced: int  # measured decode steps of each chunk
     n_chunks: int
     divergence_prompts: int
     divergence_tokens: int
     backbone_bytes_per_token: int
     rows: list[Row] = field(default_factory=list)
-    corpus: list[str] = field(default_factory=list)   # the corpus's sources
+    corpus: list[str] = field(default_factory=list)  # the corpus's sources
 
     def row(self, name: str) -> Row:
         for row in self.rows:
@@ -167,21 +184,25 @@ class Comparison:
 
     def table(self) -> str:
         """A markdown table, one row per configuration, with a header line of the conditions."""
-        lines = [f"{Path(self.model).name}: {self.n_chunks} chunks x {self.forced} teacher-forced decode steps "
-                 f"after {self.prefix} prefilled tokens; tokens until divergence: greedy, {self.divergence_prompts} "
-                 f"prompts x {self.divergence_tokens} tokens; backbone {self.backbone_bytes_per_token / _MIB:.1f} "
-                 f"MiB of weights per token",
-                 "",
-                 "| configuration | exit layer | mean KLD | 99% KLD | same top-1 | mean abs Δp | tokens until div. "
-                 "| MiB / token |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines = [
+            f"{Path(self.model).name}: {self.n_chunks} chunks x {self.forced} teacher-forced decode steps "
+            f"after {self.prefix} prefilled tokens; tokens until divergence: greedy, {self.divergence_prompts} "
+            f"prompts x {self.divergence_tokens} tokens; backbone {self.backbone_bytes_per_token / _MIB:.1f} "
+            f"MiB of weights per token",
+            "",
+            "| configuration | exit layer | mean KLD | 99% KLD | same top-1 | mean abs Δp | tokens until div. "
+            "| MiB / token |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in self.rows:
             q = r.quality
             exit_layer = "" if r.mean_exit_layer is None else f"{r.mean_exit_layer:.1f}/{self.n_layer}"
             until = "" if r.tokens_until_divergence is None else f"{r.tokens_until_divergence:.1f}"
-            lines.append(f"| {r.name} | {exit_layer} | {q.mean_kl:.4f} ± {q.mean_kl_se:.4f} | {q.p99_kl:.3f} | "
-                         f"{100 * q.same_top1:.1f}% | {100 * q.mean_abs_dp:.2f}% | {until} | "
-                         f"{r.bytes_per_token / _MIB:.1f} |")
+            lines.append(
+                f"| {r.name} | {exit_layer} | {q.mean_kl:.4f} ± {q.mean_kl_se:.4f} | {q.p99_kl:.3f} | "
+                f"{100 * q.same_top1:.1f}% | {100 * q.mean_abs_dp:.2f}% | {until} | "
+                f"{r.bytes_per_token / _MIB:.1f} |"
+            )
         return "\n".join(lines)
 
     def verdicts(self) -> list[str]:
@@ -193,11 +214,12 @@ class Comparison:
         lines = []
         for control in (r for r in self.rows if r.kl_excess is not None):
             margin = 2 * (control.kl_excess_se or 0.0)
-            verdict = ("beats" if control.kl_excess > margin else
-                       "loses to" if control.kl_excess < -margin else "ties")
-            lines.append(f"{control.control_of}: the signal {verdict} its {control.group} (KLD "
-                         f"{self.row(control.control_of).quality.mean_kl:.4f} vs {control.quality.mean_kl:.4f}, "
-                         f"paired difference {control.kl_excess:+.4f} ± {control.kl_excess_se:.4f})")
+            verdict = "beats" if control.kl_excess > margin else "loses to" if control.kl_excess < -margin else "ties"
+            lines.append(
+                f"{control.control_of}: the signal {verdict} its {control.group} (KLD "
+                f"{self.row(control.control_of).quality.mean_kl:.4f} vs {control.quality.mean_kl:.4f}, "
+                f"paired difference {control.kl_excess:+.4f} ± {control.kl_excess_se:.4f})"
+            )
         return lines
 
     def to_json(self) -> str:
@@ -206,7 +228,7 @@ class Comparison:
         return json.dumps({"format": FORMAT, **data}, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "Comparison":
+    def from_json(cls, text: str) -> Comparison:
         data = json.loads(text)
         if data.pop("format", None) != FORMAT:
             raise ValueError(f"not a {FORMAT} report")
@@ -216,15 +238,21 @@ class Comparison:
         Path(path).write_text(self.to_json())
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "Comparison":
+    def load(cls, path: Union[str, os.PathLike]) -> Comparison:
         return cls.from_json(Path(path).read_text())
 
 
 # ---------------------------------------------------------------- inputs
 
 
-def divergence_prompts(tokenizer: TextTokenizer, documents: Sequence[Document], chunks: Sequence[Sequence[int]],
-                       *, prefix: int, n_prompts: int) -> list[list[int]]:
+def divergence_prompts(
+    tokenizer: TextTokenizer,
+    documents: Sequence[Document],
+    chunks: Sequence[Sequence[int]],
+    *,
+    prefix: int,
+    n_prompts: int,
+) -> list[list[int]]:
     """Free-running prompts: the corpus's chat prompts in the chat template (BOS first),
     or, for a corpus without chat, the prefixes of its first chunks."""
     bos = tokenizer.tokenize("", add_bos=True)
@@ -238,9 +266,9 @@ def divergence_prompts(tokenizer: TextTokenizer, documents: Sequence[Document], 
 class Workload:
     """The token sequences every configuration runs."""
 
-    chunks: list[list[int]]     # each: prefix + forced + 1 tokens
+    chunks: list[list[int]]  # each: prefix + forced + 1 tokens
     prefix: int
-    prompts: list[list[int]]    # free-running prompts for tokens-until-divergence
+    prompts: list[list[int]]  # free-running prompts for tokens-until-divergence
     divergence_tokens: int
 
     @property
@@ -270,9 +298,15 @@ def _no_progress(items: Sequence, desc: str) -> Sequence:
     return items
 
 
-def forced_positions(model: LanguageModel, work: Workload, reference: Sequence[np.ndarray], *,
-                     step_for: Callable[[int], Step] = lambda chunk: None,
-                     progress: Progress = _no_progress, desc: str = "") -> tuple[Positions, np.ndarray]:
+def forced_positions(
+    model: LanguageModel,
+    work: Workload,
+    reference: Sequence[np.ndarray],
+    *,
+    step_for: Callable[[int], Step] = lambda chunk: None,
+    progress: Progress = _no_progress,
+    desc: str = "",
+) -> tuple[Positions, np.ndarray]:
     """Teacher-force every chunk; compare its decode steps with the reference's rows.
 
     Returns the positions and each position's exit layer. `step_for(c)` gives chunk
@@ -289,13 +323,14 @@ def forced_positions(model: LanguageModel, work: Workload, reference: Sequence[n
 def _forced_chunk(model: LanguageModel, work: Workload, c: int, step: Step, *, batched: bool = False) -> ForcedRun:
     """Chunk c teacher-forced; row 0 (the prefill's own prediction) dropped."""
     chunk = work.chunks[c]
-    run = teacher_forced(model, chunk[:work.prefix], chunk[work.prefix:], before_step=step, batched=batched)
+    run = teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], before_step=step, batched=batched)
     run.logits, run.exit_layers = run.logits[1:], run.exit_layers[1:]
     return run
 
 
-def reference_run(model: RiverModel, work: Workload, progress: Progress = _no_progress
-                  ) -> tuple[list[np.ndarray], list[list[int]]]:
+def reference_run(
+    model: RiverModel, work: Workload, progress: Progress = _no_progress
+) -> tuple[list[np.ndarray], list[list[int]]]:
     """The backbone's logits at every measured position, per chunk, and its greedy
     continuation of every prompt; `model` runs with ExitPolicy.never()."""
     model.policy = ExitPolicy.never()
@@ -304,30 +339,58 @@ def reference_run(model: RiverModel, work: Workload, progress: Progress = _no_pr
     return logits, greedy
 
 
-def mean_divergence(model: LanguageModel, work: Workload, reference_greedy: Sequence[Sequence[int]],
-                    step: Step = None, speculative: Optional["Speculative"] = None) -> float:
+def mean_divergence(
+    model: LanguageModel,
+    work: Workload,
+    reference_greedy: Sequence[Sequence[int]],
+    step: Step = None,
+    speculative: Optional[Speculative] = None,
+) -> float:
     """Mean greedy tokens-until-divergence from the backbone over the prompts."""
-    return float(np.mean([tokens_until_divergence(ref, greedy_tokens(model, p, len(ref), before_step=step,
-                                                                     speculative=speculative))
-                          for p, ref in zip(work.prompts, reference_greedy)]))
+    return float(
+        np.mean(
+            [
+                tokens_until_divergence(
+                    ref, greedy_tokens(model, p, len(ref), before_step=step, speculative=speculative)
+                )
+                for p, ref in zip(work.prompts, reference_greedy)
+            ]
+        )
+    )
 
 
-def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Sequence[np.ndarray],
-               reference_greedy: Sequence[Sequence[int]], weights: WeightBytes, *, seed: int = 0,
-               progress: Progress = _no_progress, speculative: Optional["Speculative"] = None) -> Iterator[Row]:
+def river_rows(
+    model: RiverModel,
+    entry: Entry,
+    work: Workload,
+    reference: Sequence[np.ndarray],
+    reference_greedy: Sequence[Sequence[int]],
+    weights: WeightBytes,
+    *,
+    seed: int = 0,
+    progress: Progress = _no_progress,
+    speculative: Optional[Speculative] = None,
+) -> Iterator[Row]:
     """The rows of one configuration (on a model loaded with its river, tail and head),
     then, when the entry asks for them, its static and random-exit controls.
     speculative: its greedy runs (tokens until divergence) are lossless River's."""
     config = entry.config
 
     def per_token(exit_layers: np.ndarray) -> float:
-        return float(weights.per_token(exit_layers, tail_layers=config.tail_layers,
-                                       river_head=bool(config.river_head)).mean())
+        return float(
+            weights.per_token(exit_layers, tail_layers=config.tail_layers, river_head=bool(config.river_head)).mean()
+        )
 
     config.apply(model)
     positions, exits = forced_positions(model, work, reference, progress=progress, desc=config.name)
-    yield Row(config.name, entry.group, QualityReport.from_positions(positions), per_token(exits),
-              float(exits.mean()), mean_divergence(model, work, reference_greedy, speculative=speculative))
+    yield Row(
+        config.name,
+        entry.group,
+        QualityReport.from_positions(positions),
+        per_token(exits),
+        float(exits.mean()),
+        mean_divergence(model, work, reference_greedy, speculative=speculative),
+    )
     if not entry.controls:
         return
 
@@ -335,6 +398,7 @@ def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Seque
         # The prefix prefills as the River configuration does; only decode depths differ.
         def step(i: int) -> None:
             model.policy = config.policy if i == 0 else policy_at(i)
+
         return step
 
     def excess(control: Positions) -> dict[str, float]:
@@ -343,27 +407,52 @@ def river_rows(model: RiverModel, entry: Entry, work: Workload, reference: Seque
 
     k = int(round(float(exits.mean())))
     static = prefill_then(lambda i: ExitPolicy.at_layer(k))
-    static_positions, static_exits = forced_positions(model, work, reference, step_for=lambda c: static,
-                                                      progress=progress, desc=f"static k={k}")
-    yield Row(f"{config.name}: static k={k}", STATIC, QualityReport.from_positions(static_positions),
-              per_token(static_exits), float(static_exits.mean()),
-              mean_divergence(model, work, reference_greedy, static, speculative), control_of=config.name,
-              **excess(static_positions))
+    static_positions, static_exits = forced_positions(
+        model, work, reference, step_for=lambda c: static, progress=progress, desc=f"static k={k}"
+    )
+    yield Row(
+        f"{config.name}: static k={k}",
+        STATIC,
+        QualityReport.from_positions(static_positions),
+        per_token(static_exits),
+        float(static_exits.mean()),
+        mean_divergence(model, work, reference_greedy, static, speculative),
+        control_of=config.name,
+        **excess(static_positions),
+    )
 
     dealt = np.random.default_rng(seed).permutation(exits).reshape(len(work.chunks), work.forced)
     random_positions, random_exits = forced_positions(
-        model, work, reference, progress=progress, desc="random depths",
-        step_for=lambda c: prefill_then(lambda i: ExitPolicy.at_layer(int(dealt[c, i - 1]))))
+        model,
+        work,
+        reference,
+        progress=progress,
+        desc="random depths",
+        step_for=lambda c: prefill_then(lambda i: ExitPolicy.at_layer(int(dealt[c, i - 1]))),
+    )
     # Greedy runs have no fixed positions to deal depths to: that control is left out.
-    yield Row(f"{config.name}: random depths", RANDOM, QualityReport.from_positions(random_positions),
-              per_token(random_exits), float(random_exits.mean()), control_of=config.name,
-              **excess(random_positions))
+    yield Row(
+        f"{config.name}: random depths",
+        RANDOM,
+        QualityReport.from_positions(random_positions),
+        per_token(random_exits),
+        float(random_exits.mean()),
+        control_of=config.name,
+        **excess(random_positions),
+    )
     config.apply(model)
 
 
-def llama_row(path: Path, name: str, work: Workload, reference: Sequence[np.ndarray],
-              reference_greedy: Sequence[Sequence[int]], *, n_threads: int,
-              progress: Progress = _no_progress) -> Row:
+def llama_row(
+    path: Path,
+    name: str,
+    work: Workload,
+    reference: Sequence[np.ndarray],
+    reference_greedy: Sequence[Sequence[int]],
+    *,
+    n_threads: int,
+    progress: Progress = _no_progress,
+) -> Row:
     """A llama.cpp model (LlamaCppPeer) on the same chunks: each chunk in one batch with
     every position's logits, as quantization needs no per-token decisions."""
     from river_cpp.measure.llama_peer import LlamaCppPeer
@@ -374,8 +463,14 @@ def llama_row(path: Path, name: str, work: Workload, reference: Sequence[np.ndar
             run = _forced_chunk(peer, work, c, None, batched=True)
             parts.append(Positions.compare(reference[c], run.logits))
         divergence = mean_divergence(peer, work, reference_greedy)
-    return Row(name, LLAMA, QualityReport.from_positions(Positions.concatenate(parts)),
-               float(WeightBytes.of_files(path).full_backbone()), None, divergence)
+    return Row(
+        name,
+        LLAMA,
+        QualityReport.from_positions(Positions.concatenate(parts)),
+        float(WeightBytes.of_files(path).full_backbone()),
+        None,
+        divergence,
+    )
 
 
 def _load_key(config: RiverConfig) -> tuple:
@@ -383,10 +478,19 @@ def _load_key(config: RiverConfig) -> tuple:
     return config.river, tuple(sorted(config.river_types.items())), config.river_head, config.tail_layers
 
 
-def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], work: Workload, *,
-                   ladder: Sequence[str] = (), n_threads: Optional[int] = None, seed: int = 0,
-                   progress: Progress = _no_progress, on_row: Callable[[Row], None] = lambda row: None,
-                   corpus: Sequence[str] = (), speculative: Optional["Speculative"] = None) -> Comparison:
+def run_comparison(
+    backbone: Union[str, os.PathLike],
+    entries: Sequence[Entry],
+    work: Workload,
+    *,
+    ladder: Sequence[str] = (),
+    n_threads: Optional[int] = None,
+    seed: int = 0,
+    progress: Progress = _no_progress,
+    on_row: Callable[[Row], None] = lambda row: None,
+    corpus: Sequence[str] = (),
+    speculative: Optional[Speculative] = None,
+) -> Comparison:
     """Measure every entry (and its controls) and every ladder rung against the backbone.
 
     ladder: llama.cpp rungs: "F16" is the backbone GGUF itself, others LADDER_TYPES keys.
@@ -405,8 +509,17 @@ def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], 
         reference, reference_greedy = reference_run(model, work, progress)
         n_layer = model.n_layer
     backbone_weights = WeightBytes.of_files(backbone)
-    comparison = Comparison(str(backbone), n_layer, work.prefix, work.forced, len(work.chunks), len(work.prompts),
-                            work.divergence_tokens, backbone_weights.full_backbone(), corpus=list(corpus))
+    comparison = Comparison(
+        str(backbone),
+        n_layer,
+        work.prefix,
+        work.forced,
+        len(work.chunks),
+        len(work.prompts),
+        work.divergence_tokens,
+        backbone_weights.full_backbone(),
+        corpus=list(corpus),
+    )
 
     def add(row: Row) -> None:
         comparison.rows.append(row)
@@ -418,18 +531,27 @@ def run_comparison(backbone: Union[str, os.PathLike], entries: Sequence[Entry], 
             if _load_key(entry.config) != key:
                 if model is not None:
                     model.close()
-                model = entry.config.load(backbone, n_ctx=work.n_ctx, n_threads=n_threads,
-                                          progress=progress is not _no_progress)
+                model = entry.config.load(
+                    backbone, n_ctx=work.n_ctx, n_threads=n_threads, progress=progress is not _no_progress
+                )
                 key = _load_key(entry.config)
                 weights = backbone_weights.with_river(model.river_path)
-            for row in river_rows(model, entry, work, reference, reference_greedy, weights, seed=seed,
-                                  progress=progress, speculative=speculative if model.has_river else None):
+            for row in river_rows(
+                model,
+                entry,
+                work,
+                reference,
+                reference_greedy,
+                weights,
+                seed=seed,
+                progress=progress,
+                speculative=speculative if model.has_river else None,
+            ):
                 add(row)
     finally:
         if model is not None:
             model.close()
     for rung in progress(ladder, "llama.cpp ladder"):
         path = backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung)  # quantized once, cached
-        add(llama_row(path, peer_name(rung), work, reference, reference_greedy, n_threads=n_threads,
-                      progress=progress))
+        add(llama_row(path, peer_name(rung), work, reference, reference_greedy, n_threads=n_threads, progress=progress))
     return comparison

@@ -22,18 +22,33 @@ class RiverConfig:
 
     name: str
     policy: ExitPolicy = field(default_factory=ExitPolicy.never)
-    river: Optional[str] = PAPER.river       # a river type, a river file, or None (backbone only)
+    river: Optional[str] = PAPER.river  # a river type, a river file, or None (backbone only)
     river_types: Mapping[int, str] = field(default_factory=dict)
     prefill: str = PAPER.prefill
     tail_layers: int = 0
-    river_head: Union[bool, str] = PAPER.river_head   # True: a head of the river's type; or a type name
+    river_head: Union[bool, str] = PAPER.river_head  # True: a head of the river's type; or a type name
 
-    def load(self, backbone: Union[str, os.PathLike], *, n_ctx: int = 2048, n_threads: Optional[int] = None,
-             progress: bool = False) -> RiverModel:
+    def load(
+        self,
+        backbone: Union[str, os.PathLike],
+        *,
+        n_ctx: int = 2048,
+        n_threads: Optional[int] = None,
+        progress: bool = False,
+    ) -> RiverModel:
         """A RiverModel of `backbone` in this configuration."""
-        return RiverModel(backbone, river=self.river, river_types=dict(self.river_types) or None,
-                          policy=self.policy, prefill=self.prefill, tail_layers=self.tail_layers,
-                          river_head=self.river_head, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
+        return RiverModel(
+            backbone,
+            river=self.river,
+            river_types=dict(self.river_types) or None,
+            policy=self.policy,
+            prefill=self.prefill,
+            tail_layers=self.tail_layers,
+            river_head=self.river_head,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            progress=progress,
+        )
 
     def apply(self, model: RiverModel) -> None:
         """Switch a loaded model with the same river to this configuration's routing."""
@@ -46,11 +61,15 @@ def backbone_config() -> RiverConfig:
     return RiverConfig("backbone", river=None)
 
 
-def river_at_tau(tau: float, *, river: str = PAPER.river, min_layer: int = PAPER.min_layer,
-                 signal: str = "cosine") -> RiverConfig:
+def river_at_tau(
+    tau: float, *, river: str = PAPER.river, min_layer: int = PAPER.min_layer, signal: str = "cosine"
+) -> RiverConfig:
     """The paper's River: exit when the state signal passes tau, checked from min_layer."""
-    name = f"river tau={tau:g}" + ("" if signal == "cosine" else f" {signal}") + ("" if river == PAPER.river
-                                                                                    else f" {river}")
+    name = (
+        f"river tau={tau:g}"
+        + ("" if signal == "cosine" else f" {signal}")
+        + ("" if river == PAPER.river else f" {river}")
+    )
     return RiverConfig(name, ExitPolicy.uniform(tau, min_layer=min_layer, signal=signal), river=river)
 
 
@@ -61,8 +80,9 @@ def full_river(river: str = PAPER.river) -> RiverConfig:
 
 def decode_on_river(river: str = PAPER.river) -> RiverConfig:
     """The prompt on the backbone (full-precision KV), every decoded token on the river."""
-    return RiverConfig(f"backbone prompt, river decode {river}", ExitPolicy.at_layer(0), river=river,
-                       prefill="backbone")
+    return RiverConfig(
+        f"backbone prompt, river decode {river}", ExitPolicy.at_layer(0), river=river, prefill="backbone"
+    )
 
 
 def with_last_layers(config: RiverConfig, n_layer: int, n_last: int, river_type: str) -> RiverConfig:

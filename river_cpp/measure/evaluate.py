@@ -65,6 +65,7 @@ def _then(sampler: Callable[[np.ndarray, Sequence[int]], int], after: Optional[C
         token = sampler(logits, history)
         after(next(count))
         return token
+
     return sample
 
 
@@ -75,12 +76,18 @@ def _then(sampler: Callable[[np.ndarray, Sequence[int]], int], after: Optional[C
 class ForcedRun:
     """Logits of each continuation position and the exit depth that produced them."""
 
-    logits: np.ndarray        # [n, n_vocab]: row i predicts continuation[i]
-    exit_layers: np.ndarray   # [n]
+    logits: np.ndarray  # [n, n_vocab]: row i predicts continuation[i]
+    exit_layers: np.ndarray  # [n]
 
 
-def teacher_forced(model: LanguageModel, prompt: Sequence[int], continuation: Sequence[int], *,
-                   before_step: Optional[Callable[[int], None]] = None, batched: bool = False) -> ForcedRun:
+def teacher_forced(
+    model: LanguageModel,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    *,
+    before_step: Optional[Callable[[int], None]] = None,
+    batched: bool = False,
+) -> ForcedRun:
     """From an empty cache, prefill `prompt`, then feed `continuation` one token at a
     time (generation's loop, choosing the continuation's tokens).
 
@@ -93,14 +100,15 @@ def teacher_forced(model: LanguageModel, prompt: Sequence[int], continuation: Se
     if batched:
         if before_step is not None:
             raise ValueError("a batched run takes no per-token policy")
-        logits = model.forward(list(prompt) + list(continuation[:-1]), route="backbone")[len(prompt) - 1:]
-        return ForcedRun(np.array(logits, dtype=np.float32), np.asarray(model.last_exit_layers[len(prompt) - 1:]))
+        logits = model.forward(list(prompt) + list(continuation[:-1]), route="backbone")[len(prompt) - 1 :]
+        return ForcedRun(np.array(logits, dtype=np.float32), np.asarray(model.last_exit_layers[len(prompt) - 1 :]))
     if before_step is not None:
         before_step(0)
     after = None if before_step is None else (lambda i: before_step(i + 1) if i + 1 < len(continuation) else None)
     rows, exits = [], []
-    for step in itertools.islice(generate_step(model, prompt, ForcedTokens(continuation, after=after)),
-                                 len(continuation)):
+    for step in itertools.islice(
+        generate_step(model, prompt, ForcedTokens(continuation, after=after)), len(continuation)
+    ):
         rows.append(step.logits.copy())
         exits.append(step.exit_layer)
     return ForcedRun(np.stack(rows), np.asarray(exits))
@@ -124,12 +132,12 @@ def _kl(p_log: np.ndarray, q_log: np.ndarray) -> np.ndarray:
 class Positions:
     """Per-position comparison with the reference: what QualityReport summarizes."""
 
-    kl: np.ndarray          # KL(reference || other), nats
-    same_top1: np.ndarray   # bool: both put the most probability on the same token
-    abs_dp: np.ndarray      # |p_ref(t) - p_other(t)| of the reference's top token t
+    kl: np.ndarray  # KL(reference || other), nats
+    same_top1: np.ndarray  # bool: both put the most probability on the same token
+    abs_dp: np.ndarray  # |p_ref(t) - p_other(t)| of the reference's top token t
 
     @classmethod
-    def compare(cls, reference_logits: np.ndarray, logits: np.ndarray) -> "Positions":
+    def compare(cls, reference_logits: np.ndarray, logits: np.ndarray) -> Positions:
         """Row by row comparison of two [n, n_vocab] logit arrays."""
         if reference_logits.shape != logits.shape:
             raise ValueError(f"logit shapes differ: {reference_logits.shape} and {logits.shape}")
@@ -142,7 +150,7 @@ class Positions:
         return cls(kl, top == q_log.argmax(-1), abs_dp)
 
     @classmethod
-    def concatenate(cls, parts: Sequence["Positions"]) -> "Positions":
+    def concatenate(cls, parts: Sequence[Positions]) -> Positions:
         """One record of several runs' positions, in order."""
         if not parts:
             return cls(np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0))
@@ -165,28 +173,33 @@ class QualityReport:
     mean_kl: float
     mean_kl_se: float
     max_kl: float
-    kl_percentiles: dict[float, float]   # KL_PERCENTILES -> value
+    kl_percentiles: dict[float, float]  # KL_PERCENTILES -> value
     same_top1: float
     same_top1_se: float
     mean_abs_dp: float
     mean_abs_dp_se: float
 
     @classmethod
-    def compare(cls, reference_logits: np.ndarray, logits: np.ndarray) -> "QualityReport":
+    def compare(cls, reference_logits: np.ndarray, logits: np.ndarray) -> QualityReport:
         """The report of two [n, n_vocab] logit arrays."""
         return cls.from_positions(Positions.compare(reference_logits, logits))
 
     @classmethod
-    def from_positions(cls, positions: Positions) -> "QualityReport":
+    def from_positions(cls, positions: Positions) -> QualityReport:
         n = int(positions.kl.size)
         if n == 0:
             raise ValueError("no positions to report on")
         same = positions.same_top1.astype(np.float64)
         return cls(
-            n, float(positions.kl.mean()), standard_error(positions.kl), float(positions.kl.max()),
+            n,
+            float(positions.kl.mean()),
+            standard_error(positions.kl),
+            float(positions.kl.max()),
             {q: float(v) for q, v in zip(KL_PERCENTILES, np.percentile(positions.kl, KL_PERCENTILES))},
-            float(same.mean()), standard_error(same),
-            float(positions.abs_dp.mean()), standard_error(positions.abs_dp),
+            float(same.mean()),
+            standard_error(same),
+            float(positions.abs_dp.mean()),
+            standard_error(positions.abs_dp),
         )
 
     @property
@@ -199,14 +212,18 @@ class QualityReport:
 
     def block(self, title: str) -> str:
         """The statistics as a text block, laid out like llama-perplexity's KL divergence report."""
-        lines = [f"====== KL divergence statistics: {title} ({self.n_positions} positions) ======",
-                 f"Mean    KLD: {self.mean_kl:10.6f} ± {self.mean_kl_se:9.6f}",
-                 f"Maximum KLD: {self.max_kl:10.6f}"]
+        lines = [
+            f"====== KL divergence statistics: {title} ({self.n_positions} positions) ======",
+            f"Mean    KLD: {self.mean_kl:10.6f} ± {self.mean_kl_se:9.6f}",
+            f"Maximum KLD: {self.max_kl:10.6f}",
+        ]
         for q in KL_PERCENTILES:
             label = "Median " if q == 50.0 else f"{q:5.1f}%".rjust(7)
             lines.append(f"{label} KLD: {self.kl_percentiles[q]:10.6f}")
-        lines += [f"Mean  |Δp| : {100 * self.mean_abs_dp:9.4f}% ± {100 * self.mean_abs_dp_se:.4f}%",
-                  f"Same top-1 : {100 * self.same_top1:9.4f}% ± {100 * self.same_top1_se:.4f}%"]
+        lines += [
+            f"Mean  |Δp| : {100 * self.mean_abs_dp:9.4f}% ± {100 * self.mean_abs_dp_se:.4f}%",
+            f"Same top-1 : {100 * self.same_top1:9.4f}% ± {100 * self.same_top1_se:.4f}%",
+        ]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -222,9 +239,14 @@ def standard_error(values: np.ndarray) -> float:
     return float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
 
 
-def greedy_tokens(model: LanguageModel, prompt: Sequence[int], n_tokens: int, *,
-                  before_step: Optional[Callable[[int], None]] = None,
-                  speculative: Optional["Speculative"] = None) -> list[int]:
+def greedy_tokens(
+    model: LanguageModel,
+    prompt: Sequence[int],
+    n_tokens: int,
+    *,
+    before_step: Optional[Callable[[int], None]] = None,
+    speculative: Optional[Speculative] = None,
+) -> list[int]:
     """The greedy continuation under the model's current policy (no stop tokens),
     from an empty cache.
 
@@ -251,7 +273,7 @@ def tokens_until_divergence(reference: Sequence[int], other: Sequence[int]) -> i
     return n
 
 
-def backbone_reference(model: "RiverModel", prompt: Sequence[int], n_tokens: int) -> tuple[list[int], ForcedRun]:
+def backbone_reference(model: RiverModel, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], ForcedRun]:
     """The backbone's greedy continuation of `prompt` and its own forced logits."""
     policy = model.policy
     model.policy = ExitPolicy.never()

@@ -26,8 +26,15 @@ N_BATCH = 512
 class LlamaCppPeer:
     """A GGUF run by llama.cpp (llama-cpp-python), as a river_cpp LanguageModel."""
 
-    def __init__(self, path: Union[str, os.PathLike], *, n_ctx: int = 2048, n_threads: Optional[int] = None,
-                 seed: Optional[int] = None, name: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        path: Union[str, os.PathLike],
+        *,
+        n_ctx: int = 2048,
+        n_threads: Optional[int] = None,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ) -> None:
         import llama_cpp
 
         from river_cpp._ggml import set_ggml_verbosity
@@ -43,8 +50,16 @@ class LlamaCppPeer:
         set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
         self._llama_cpp = llama_cpp
         self._llama: Optional[llama_cpp.Llama] = llama_cpp.Llama(
-            str(self.path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, n_batch=N_BATCH,
-            n_ubatch=N_BATCH, flash_attn=False, logits_all=False, verbose=False)
+            str(self.path),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            n_batch=N_BATCH,
+            n_ubatch=N_BATCH,
+            flash_attn=False,
+            logits_all=False,
+            verbose=False,
+        )
         # river-cpp's tokenizer, so that prompts split and pieces join exactly as for RiverModel
         self._tokenizer = Tokenizer(str(self.path))
 
@@ -64,7 +79,7 @@ class LlamaCppPeer:
             self._llama = None
             self._tokenizer.close()
 
-    def __enter__(self) -> "LlamaCppPeer":
+    def __enter__(self) -> LlamaCppPeer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -127,20 +142,21 @@ class LlamaCppPeer:
             raise ValueError("ids must be a non-empty sequence of token ids")
         llama = self.llama
         if llama.n_tokens + len(ids) > self.n_ctx:
-            raise ValueError(f"context overflow: {llama.n_tokens} cached + {len(ids)} new tokens > "
-                             f"n_ctx = {self.n_ctx}")
+            raise ValueError(
+                f"context overflow: {llama.n_tokens} cached + {len(ids)} new tokens > n_ctx = {self.n_ctx}"
+            )
         n_vocab = self.n_vocab
         logits = np.empty((1 if last_only else len(ids), n_vocab), dtype=np.float32)
         llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
         for start in range(0, len(ids), N_BATCH):
-            batch = ids[start:start + N_BATCH]
+            batch = ids[start : start + N_BATCH]
             llama._batch.set_batch(batch=batch, n_past=llama.n_tokens, logits_all=not last_only)
             llama._ctx.decode(llama._batch)
-            llama.input_ids[llama.n_tokens:llama.n_tokens + len(batch)] = batch
+            llama.input_ids[llama.n_tokens : llama.n_tokens + len(batch)] = batch
             llama.n_tokens += len(batch)
             if not last_only:
                 rows = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(len(batch) * n_vocab,))
-                logits[start:start + len(batch)] = rows.reshape(len(batch), n_vocab)
+                logits[start : start + len(batch)] = rows.reshape(len(batch), n_vocab)
         if last_only:
             pointer = self._llama_cpp.llama_get_logits_ith(llama.ctx, -1)
             logits[0] = np.ctypeslib.as_array(pointer, shape=(n_vocab,))

@@ -42,17 +42,25 @@ def speed_ratios(bench_report, reference: Optional[str] = None) -> dict[str, flo
     return ratios
 
 
-def plot_pareto(comparison: Comparison, out: Union[str, os.PathLike], *,
-                speeds: Optional[Mapping[str, float]] = None, speed_label: str = "decode speed / llama.cpp F16"
-                ) -> Path:
+def plot_pareto(
+    comparison: Comparison,
+    out: Union[str, os.PathLike],
+    *,
+    speeds: Optional[Mapping[str, float]] = None,
+    speed_label: str = "decode speed / llama.cpp F16",
+) -> Path:
     """Write pareto_figure's plot as a PNG at `out`."""
     path = Path(out)
     pareto_figure(comparison, speeds=speeds, speed_label=speed_label).savefig(path, dpi=120)
     return path
 
 
-def pareto_figure(comparison: Comparison, *, speeds: Optional[Mapping[str, float]] = None,
-                  speed_label: str = "decode speed / llama.cpp F16"):
+def pareto_figure(
+    comparison: Comparison,
+    *,
+    speeds: Optional[Mapping[str, float]] = None,
+    speed_label: str = "decode speed / llama.cpp F16",
+):
     """The two-panel figure (a matplotlib Figure); `speeds` maps configuration names to
     decode speed ratios. Rows whose mean KLD is not positive (nothing to show on a log
     axis) are left out."""
@@ -65,18 +73,27 @@ def pareto_figure(comparison: Comparison, *, speeds: Optional[Mapping[str, float
     speed_axes, bytes_axes = figure.subplots(1, 2, sharey=True)
     speeds = speeds or {}
     sweeps = list(dict.fromkeys(r.group for r in rows if r.group not in _STYLE))
-    styles = {**_STYLE, **{g: dict(marker="o", color=_SWEEP_COLOURS[i % len(_SWEEP_COLOURS)])
-                           for i, g in enumerate(sweeps)}}
+    styles = {
+        **_STYLE,
+        **{g: dict(marker="o", color=_SWEEP_COLOURS[i % len(_SWEEP_COLOURS)]) for i, g in enumerate(sweeps)},
+    }
     _panel(speed_axes, [(speeds[r.name], r) for r in rows if r.name in speeds], speed_label, styles)
     if not any(r.name in speeds for r in rows):
-        speed_axes.text(0.5, 0.5, "no decode speeds for these configurations:\n"
-                                  "pass --bench FILE from `river-cpp bench --json FILE`",
-                        ha="center", va="center", transform=speed_axes.transAxes, color="grey")
+        speed_axes.text(
+            0.5,
+            0.5,
+            "no decode speeds for these configurations:\npass --bench FILE from `river-cpp bench --json FILE`",
+            ha="center",
+            va="center",
+            transform=speed_axes.transAxes,
+            color="grey",
+        )
     _panel(bytes_axes, [(r.bytes_per_token / _MIB, r) for r in rows], "weight MiB read per decoded token", styles)
     bytes_axes.invert_xaxis()  # fewer bytes is better: better points lie towards the lower right, as for speed
     speed_axes.set_ylabel("mean KL divergence from the backbone (nats, log)")
-    figure.suptitle(f"{Path(comparison.model).name}: {comparison.n_chunks * comparison.forced} "
-                    f"teacher-forced decode positions")
+    figure.suptitle(
+        f"{Path(comparison.model).name}: {comparison.n_chunks * comparison.forced} teacher-forced decode positions"
+    )
     return figure
 
 
@@ -94,8 +111,9 @@ def _panel(axes, points: list[tuple[float, Row]], xlabel: str, styles: dict[str,
         axes.plot(xs, ys, linestyle="-" if joined else "none", label=group, **styles[group])
         for x, row in members:
             if row.group not in (STATIC, RANDOM):
-                axes.annotate(_label(row), (x, row.quality.mean_kl), textcoords="offset points", xytext=(4, 4),
-                              fontsize=7)
+                axes.annotate(
+                    _label(row), (x, row.quality.mean_kl), textcoords="offset points", xytext=(4, 4), fontsize=7
+                )
     if points:
         axes.legend(fontsize=8)
 

@@ -29,13 +29,12 @@ class WeightBytes:
     river_head: int = 0
 
     @classmethod
-    def of_files(cls, backbone: Union[str, os.PathLike],
-                 river: Union[str, os.PathLike, None] = None) -> "WeightBytes":
+    def of_files(cls, backbone: Union[str, os.PathLike], river: Union[str, os.PathLike, None] = None) -> WeightBytes:
         """Read the tensor tables of a backbone GGUF and, optionally, its river GGUF."""
         weights = cls(*_matrix_bytes(backbone))
         return weights if river is None else weights.with_river(river)
 
-    def with_river(self, river: Union[str, os.PathLike]) -> "WeightBytes":
+    def with_river(self, river: Union[str, os.PathLike]) -> WeightBytes:
         """These backbone bytes with the river GGUF at `river`."""
         river_layers, river_head = _matrix_bytes(river)
         if len(river_layers) != self.n_layer:
@@ -67,8 +66,12 @@ class WeightBytes:
         tail_start = self.n_layer - tail_layers
         # an exited token's tail runs on the backbone: from max(exit, tail_start) to the end
         tail_from = np.maximum(exits, tail_start)
-        total = backbone_below[exits] + river_from[exits] - river_from[tail_from] + (
-            backbone_below[-1] - backbone_below[tail_from])
+        total = (
+            backbone_below[exits]
+            + river_from[exits]
+            - river_from[tail_from]
+            + (backbone_below[-1] - backbone_below[tail_from])
+        )
         exited = exits < self.n_layer
         head = np.where(exited & river_head, self.river_head, self.backbone_head)
         return total + head

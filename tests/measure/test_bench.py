@@ -30,7 +30,9 @@ def test_measure_end_to_end(tiny_llama4):
 
     names = ["backbone", "river tau=0.5", "full river q4_0", "llama.cpp F16", "llama.cpp Q8_0", "llama.cpp Q4_0"]
     assert report.configs == names
-    assert [(row.config, row.test) for row in report.rows] == [(name, test) for name in names for test in ("pp8", "tg4")]
+    assert [(row.config, row.test) for row in report.rows] == [
+        (name, test) for name in names for test in ("pp8", "tg4")
+    ]
     assert report.n_layer == 4 and report.n_ctx == 16 + 4 + 1  # generate_step keeps room for one more token
     for row in report.rows:
         assert len(row.samples) == 2 and all(s > 0 for s in row.samples)
@@ -58,8 +60,18 @@ def test_json_round_trip_and_schema(tiny_llama4, tmp_path):
     assert data["n_prompt"] == 8 and data["n_gen"] == 4 and data["repetitions"] == 2 and data["n_threads"] == 1
     assert data["rss_baseline_bytes"] is None
     row = data["rows"][0]
-    assert set(row) == {"config", "engine", "test", "n_tokens", "size_bytes", "samples", "t_s_mean", "t_s_sd",
-                        "mean_exit_layer", "peak_rss_bytes"}
+    assert set(row) == {
+        "config",
+        "engine",
+        "test",
+        "n_tokens",
+        "size_bytes",
+        "samples",
+        "t_s_mean",
+        "t_s_sd",
+        "mean_exit_layer",
+        "peak_rss_bytes",
+    }
     assert row["t_s_mean"] == pytest.approx(sum(row["samples"]) / 2)
     assert BenchReport.load(path) == report
 
@@ -85,15 +97,18 @@ def test_zero_tokens_skips_a_test(tiny_llama4):
     assert [row.test for row in report.rows] == ["tg4"]
 
 
-@pytest.mark.parametrize("options, error", [
-    (dict(repeats=0), "repeats must be a positive integer"),
-    (dict(n_prompt=-1), "n_prompt must be a non-negative integer"),
-    (dict(n_prompt=0, n_gen=0), "nothing to measure"),
-    (dict(n_threads=0), "n_threads must be a positive integer"),
-    (dict(peers=["Q3_K"]), "unknown llama.cpp peer 'Q3_K'"),
-    (dict(peers=[], configs=[]), "nothing to measure"),
-    (dict(configs=[river_at_tau(0.5), river_at_tau(0.5)]), "repeated: 'river tau=0.5'"),
-])
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        (dict(repeats=0), "repeats must be a positive integer"),
+        (dict(n_prompt=-1), "n_prompt must be a non-negative integer"),
+        (dict(n_prompt=0, n_gen=0), "nothing to measure"),
+        (dict(n_threads=0), "n_threads must be a positive integer"),
+        (dict(peers=["Q3_K"]), "unknown llama.cpp peer 'Q3_K'"),
+        (dict(peers=[], configs=[]), "nothing to measure"),
+        (dict(configs=[river_at_tau(0.5), river_at_tau(0.5)]), "repeated: 'river tau=0.5'"),
+    ],
+)
 def test_bad_parameters(tiny_llama4, options, error):
     options = {**TINY, "configs": [backbone_config()], "peers": ["F16"], **options}
     with pytest.raises(ValueError, match=error):
@@ -121,21 +136,33 @@ def _row(config: str, test: str, samples, **extra) -> BenchRow:
 
 
 def _report(rows) -> BenchReport:
-    return BenchReport(model="/m/model.gguf", n_prompt=512, n_gen=128, repetitions=2, n_threads=2, n_ctx=512,
-                       rows=rows, n_layer=30, load_average=0.5, cpu_count=2)
+    return BenchReport(
+        model="/m/model.gguf",
+        n_prompt=512,
+        n_gen=128,
+        repetitions=2,
+        n_threads=2,
+        n_ctx=512,
+        rows=rows,
+        n_layer=30,
+        load_average=0.5,
+        cpu_count=2,
+    )
 
 
 def test_table_has_llama_bench_shape_and_ratios():
-    report = _report([
-        _row("river tau=0.98", "pp512", [300, 300], mean_exit_layer=30.0, peak_rss_bytes=200 * 1024 * 1024),
-        _row("river tau=0.98", "tg128", [90, 110], mean_exit_layer=15.5, peak_rss_bytes=200 * 1024 * 1024),
-        _row("llama.cpp F16", "pp512", [200, 200], peak_rss_bytes=100 * 1024 * 1024),
-        _row("llama.cpp F16", "tg128", [50, 50], peak_rss_bytes=100 * 1024 * 1024),
-    ])
+    report = _report(
+        [
+            _row("river tau=0.98", "pp512", [300, 300], mean_exit_layer=30.0, peak_rss_bytes=200 * 1024 * 1024),
+            _row("river tau=0.98", "tg128", [90, 110], mean_exit_layer=15.5, peak_rss_bytes=200 * 1024 * 1024),
+            _row("llama.cpp F16", "pp512", [200, 200], peak_rss_bytes=100 * 1024 * 1024),
+            _row("llama.cpp F16", "tg128", [50, 50], peak_rss_bytes=100 * 1024 * 1024),
+        ]
+    )
     lines = report.table().splitlines()
     header = lines.index("| config | size | test | t/s (mean ± sd) | / llama.cpp F16 | exit layer | peak RSS |")
     assert lines[header + 1] == "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-    body = lines[header + 2:header + 6]
+    body = lines[header + 2 : header + 6]
     assert body[0] == "| river tau=0.98 | 3.00 MiB | pp512 | 300.00 ± 0.00 | 1.50 | 30.0/30 | 200.00 MiB |"
     assert body[1] == "| river tau=0.98 | 3.00 MiB | tg128 | 100.00 ± 14.14 | 2.00 | 15.5/30 | 200.00 MiB |"
     assert body[3] == "| llama.cpp F16 | 3.00 MiB | tg128 | 50.00 ± 0.00 | 1.00 |  | 100.00 MiB |"
@@ -155,8 +182,28 @@ def test_table_without_reference_or_memory_drops_those_columns():
 
 def test_cli_bench_prints_the_table_and_writes_json(tiny_llama4, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    argv = ["bench", "-m", str(tiny_llama4), "-p", "8", "-n", "4", "-r", "2", "-t", "1", "--tau", "0.5",
-            "--no-full-river", "--peers", "f16", "q4_0", "--no-memory", "--json", str(out)]
+    argv = [
+        "bench",
+        "-m",
+        str(tiny_llama4),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "--tau",
+        "0.5",
+        "--no-full-river",
+        "--peers",
+        "f16",
+        "q4_0",
+        "--no-memory",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     stdout = capsys.readouterr().out
     assert "| config | size | test | t/s (mean ± sd) | / llama.cpp F16 | exit layer |" in stdout
@@ -170,30 +217,69 @@ def test_cli_bench_measures_evals_variants(tiny_llama4, tmp_path):
     from river_cpp.measure import comparison as cmp
 
     out = tmp_path / "bench.json"
-    argv = ["bench", "-m", str(tiny_llama4), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--tau", "0.5",
-            "--variants", "head", "--peers", "none", "--no-memory", "--json", str(out)]
+    argv = [
+        "bench",
+        "-m",
+        str(tiny_llama4),
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--tau",
+        "0.5",
+        "--variants",
+        "head",
+        "--peers",
+        "none",
+        "--no-memory",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     planned = [e.config.name for e in cmp.plan(4, taus=[0.5], variants=["head"])]
     assert set(planned) <= set(BenchReport.load(out).configs)
 
 
 def test_cli_bench_backbone_only_without_peers(tiny_llama4, capsys):
-    argv = ["bench", "-m", str(tiny_llama4), "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--river", "none",
-            "--peers", "none", "--no-memory"]
+    argv = [
+        "bench",
+        "-m",
+        str(tiny_llama4),
+        "-p",
+        "4",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--river",
+        "none",
+        "--peers",
+        "none",
+        "--no-memory",
+    ]
     assert main(argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| backbone |")]
     assert len(rows) == 2
 
 
-@pytest.mark.parametrize("argv", [
-    ["-r", "0"],
-    ["-p", "-1"],
-    ["-t", "0"],
-    ["--peers", "Q3_K"],
-    ["--tau", "0.5", "--min-layer", "-1"],
-    ["--json", "{tmp}/missing/out.json"],
-    ["-m", "missing.gguf"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-r", "0"],
+        ["-p", "-1"],
+        ["-t", "0"],
+        ["--peers", "Q3_K"],
+        ["--tau", "0.5", "--min-layer", "-1"],
+        ["--json", "{tmp}/missing/out.json"],
+        ["-m", "missing.gguf"],
+    ],
+)
 def test_cli_bench_errors_are_one_line(argv, tiny_llama4, tmp_path, capsys):
     argv = ["bench", "-m", str(tiny_llama4), "--no-memory"] + [a.format(tmp=tmp_path) for a in argv]
     assert main(argv) == 1

@@ -22,13 +22,19 @@ def report_with_top1(rate: float) -> QualityReport:
     logits = np.zeros((100, 2))
     logits[:, 0] = 1.0
     other = logits.copy()
-    other[int(round(100 * rate)):] = [0.0, 1.0]
+    other[int(round(100 * rate)) :] = [0.0, 1.0]
     return QualityReport.compare(logits, other)
 
 
 def test_target_needs_exactly_one_sensible_goal():
-    for bad in [{}, {"top1": 0.9, "max_kld": 0.1}, {"top1": 1.5}, {"top1": 0.0}, {"max_kld": -1.0},
-                {"max_kld": math.inf}]:
+    for bad in [
+        {},
+        {"top1": 0.9, "max_kld": 0.1},
+        {"top1": 1.5},
+        {"top1": 0.0},
+        {"max_kld": -1.0},
+        {"max_kld": math.inf},
+    ]:
         with pytest.raises(ValueError):
             Target(**bad)
     assert Target(top1=0.9).met(report_with_top1(0.9)) and not Target(top1=0.9).met(report_with_top1(0.89))
@@ -51,9 +57,7 @@ def test_bisect_finds_the_smallest_parameter_that_meets_the_target():
 
 
 def test_signal_quantile_policy():
-    signals = np.array([[np.nan, 0.90, 0.95, 0.99],
-                        [np.nan, 0.80, 0.97, 0.98],
-                        [np.nan, 0.70, 0.93, np.nan]])
+    signals = np.array([[np.nan, 0.90, 0.95, 0.99], [np.nan, 0.80, 0.97, 0.98], [np.nan, 0.70, 0.93, np.nan]])
     policy = signal_quantile_policy(signals, 0.5, min_layer=2, signal="update_norm")
     assert policy.resolve(4) == [math.inf, math.inf, 0.95, 0.985]
     assert policy.signal == "update_norm"
@@ -64,7 +68,7 @@ def test_signal_quantile_policy():
 def tiny_work(tiny_llama4) -> Workload:
     with RiverModel(tiny_llama4, river=None) as model:
         tokens = model.tokenize("The river ran down to the sea, and the boats went out with the tide " * 8)
-    chunks = [tokens[i:i + 25] for i in range(0, 75, 25)]
+    chunks = [tokens[i : i + 25] for i in range(0, 75, 25)]
     return Workload(chunks, 8, [], 1)
 
 
@@ -84,12 +88,28 @@ def test_calibrated_policy_meets_its_target_on_the_calibration_set(tiny_llama4, 
 
 
 def test_calibrate_command_writes_a_policy_generate_accepts(tiny_llama4, tmp_path, capsys):
-    corpus = tmp_path / "one.txt"   # one.txt and two.txt fall on different sides of the split
+    corpus = tmp_path / "one.txt"  # one.txt and two.txt fall on different sides of the split
     corpus.write_text("A river carries water from the hills to the sea. " * 40)
     (tmp_path / "two.txt").write_text("Boats float on the river and fish swim below them. " * 40)
     policy = tmp_path / "policy.json"
-    argv = ["calibrate", "-m", str(tiny_llama4), "--target-top1", "0.8", "--corpus", str(corpus),
-            str(tmp_path / "two.txt"), "--tokens", "64", "--steps", "2", "--min-layer", "1", "-o", str(policy)]
+    argv = [
+        "calibrate",
+        "-m",
+        str(tiny_llama4),
+        "--target-top1",
+        "0.8",
+        "--corpus",
+        str(corpus),
+        str(tmp_path / "two.txt"),
+        "--tokens",
+        "64",
+        "--steps",
+        "2",
+        "--min-layer",
+        "1",
+        "-o",
+        str(policy),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "held out" in out and "| uniform |" in out
@@ -104,8 +124,14 @@ def test_calibrate_needs_one_target(tiny_llama4, extra):
         main(["calibrate", "-m", str(tiny_llama4), *extra])
 
 
-@pytest.mark.parametrize("extra", [["--target-top1", "2"], ["--max-kld", "0.1", "--steps", "0"],
-                                   ["--max-kld", "0.1", "-o", "/no/such/folder/policy.json"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--target-top1", "2"],
+        ["--max-kld", "0.1", "--steps", "0"],
+        ["--max-kld", "0.1", "-o", "/no/such/folder/policy.json"],
+    ],
+)
 def test_calibrate_errors_are_one_line(tiny_llama4, extra, capsys):
     assert main(["calibrate", "-m", str(tiny_llama4), *extra]) == 1
     assert capsys.readouterr().err.startswith("river-cpp: error:")

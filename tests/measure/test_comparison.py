@@ -45,9 +45,18 @@ def test_plan_orders_and_names_every_configuration():
     entries = plan(30, taus=[0.97, 0.98], signal_taus=[0.8], variant_tau=0.98)
     names = [e.config.name for e in entries]
     assert names == [
-        "river tau=0.97", "river tau=0.98", "river tau=0.8 update_norm", "backbone prompt, river decode q4_0",
-        "full river q4_0", "river tau=0.98 iq4_nl", "full river iq4_nl", "river tau=0.98 q8_0", "full river q8_0",
-        "river tau=0.98 last 4 q8_0", "full river q4_0 last 4 q8_0", "river tau=0.98 head q8_0",
+        "river tau=0.97",
+        "river tau=0.98",
+        "river tau=0.8 update_norm",
+        "backbone prompt, river decode q4_0",
+        "full river q4_0",
+        "river tau=0.98 iq4_nl",
+        "full river iq4_nl",
+        "river tau=0.98 q8_0",
+        "full river q8_0",
+        "river tau=0.98 last 4 q8_0",
+        "full river q4_0 last 4 q8_0",
+        "river tau=0.98 head q8_0",
         "backbone prompt, river decode q4_0 head q8_0",
     ]
     assert [e.controls for e in entries[:3]] == [True] * 3 and not any(e.controls for e in entries[3:])
@@ -57,11 +66,16 @@ def test_plan_orders_and_names_every_configuration():
     assert entries[11].config.river_head == entries[12].config.river_head == "q8_0"
     assert entries[12].config.prefill == "backbone"
     assert [e.config.name for e in plan(30, taus=[0.9], signal_taus=[0.8], variants=[])] == [
-        "river tau=0.9", "full river q4_0"]
+        "river tau=0.9",
+        "full river q4_0",
+    ]
     # the variants' own baseline when the sweep lacks it; a model shorter than the mixed tail
     entries = plan(2, taus=[0.9], variant_tau=0.98, variants=["river_types", "head"])
     assert [(e.config.name, e.group) for e in entries[:3]] == [
-        ("river tau=0.9", sweep_group("cosine")), ("full river q4_0", FULL_RIVER), ("river tau=0.98", VARIANT)]
+        ("river tau=0.9", sweep_group("cosine")),
+        ("full river q4_0", FULL_RIVER),
+        ("river tau=0.98", VARIANT),
+    ]
     assert "river tau=0.98 last 2 q8_0" in [e.config.name for e in entries]
     assert set(VARIANTS) == {"update_norm", "backbone_prompt", "river_types", "head"}
     with pytest.raises(ValueError, match="unknown variants"):
@@ -82,8 +96,9 @@ def test_divergence_prompts_are_chats_or_chunk_prefixes():
     chats = [Document("c1", "hi", "chat", chat=True), Document("c2", "yo", "chat", chat=True)]
     prompts = divergence_prompts(tokenizer, chats + [Document("t", "text", "t")], [], prefix=2, n_prompts=1)
     assert prompts == [[1] + tokenizer.tokenize("<user>hi<assistant>", add_bos=False)]
-    assert divergence_prompts(tokenizer, [Document("t", "text", "t")], [[1, 2, 3], [4, 5, 6]], prefix=2,
-                              n_prompts=5) == [[1, 2], [4, 5]]
+    assert divergence_prompts(
+        tokenizer, [Document("t", "text", "t")], [[1, 2, 3], [4, 5, 6]], prefix=2, n_prompts=5
+    ) == [[1, 2], [4, 5]]
 
 
 def test_forced_positions_take_the_depth_each_step_is_given(tiny_llama4):
@@ -95,6 +110,7 @@ def test_forced_positions_take_the_depth_each_step_is_given(tiny_llama4):
         def step_for(c: int):
             def step(i: int) -> None:
                 model.policy = ExitPolicy.never() if i == 0 else ExitPolicy.at_layer(int(depths[c, i - 1]))
+
             return step
 
         positions, exits = forced_positions(model, work, reference, step_for=step_for)
@@ -110,12 +126,21 @@ def comparison(tiny_llama4, tmp_path_factory) -> tuple[Comparison, list]:
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RIVER_CPP_CACHE_DIR", str(cache))
-        entries = [Entry(RiverConfig("never", ExitPolicy.never()), VARIANT),
-                   Entry(river_at_tau(TAU, min_layer=2), sweep_group("cosine"), controls=True),
-                   Entry(full_river(), FULL_RIVER)]
+        entries = [
+            Entry(RiverConfig("never", ExitPolicy.never()), VARIANT),
+            Entry(river_at_tau(TAU, min_layer=2), sweep_group("cosine"), controls=True),
+            Entry(full_river(), FULL_RIVER),
+        ]
         seen = []
-        result = run_comparison(tiny_llama4, entries, _workload(), ladder=["F16", "Q8_0"], n_threads=1,
-                                on_row=seen.append, corpus=["synthetic"])
+        result = run_comparison(
+            tiny_llama4,
+            entries,
+            _workload(),
+            ladder=["F16", "Q8_0"],
+            n_threads=1,
+            on_row=seen.append,
+            corpus=["synthetic"],
+        )
     return result, seen
 
 

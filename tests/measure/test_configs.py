@@ -27,10 +27,13 @@ def _types(path) -> dict[str, str]:
 def test_river_head_of_its_own_type(tiny_llama4):
     config = with_head(RiverConfig("at 1", ExitPolicy.at_layer(1)), "q8_0")
     assert config.name == "at 1 head q8_0" and config.river_head == "q8_0"
-    with config.load(tiny_llama4, n_ctx=32) as q8_head, \
-            RiverModel(tiny_llama4, **{**PAPER_RIVER, "river_head": True}, policy=ExitPolicy.at_layer(1),
-                       n_ctx=32) as q4_head, \
-            RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.at_layer(1), n_ctx=32) as backbone_head:
+    with (
+        config.load(tiny_llama4, n_ctx=32) as q8_head,
+        RiverModel(
+            tiny_llama4, **{**PAPER_RIVER, "river_head": True}, policy=ExitPolicy.at_layer(1), n_ctx=32
+        ) as q4_head,
+        RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.at_layer(1), n_ctx=32) as backbone_head,
+    ):
         types = _types(q8_head.river_path)
         assert types["output.weight"] == "Q8_0" and types["blk.1.ffn_up.weight"] == "Q4_0"
         assert _types(q4_head.river_path)["output.weight"] == "Q4_0"
@@ -47,11 +50,14 @@ def test_river_head_of_its_own_type(tiny_llama4):
         np.testing.assert_array_equal(q8_head.forward(ids), backbone_head.forward(ids))
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(river=None, river_head=True), "need a river"),
-    (dict(river=None, river_head="q8_0"), "need a river"),
-    (dict(river="{river_file}", river_head="q8_0"), "built rivers"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(river=None, river_head=True), "need a river"),
+        (dict(river=None, river_head="q8_0"), "need a river"),
+        (dict(river="{river_file}", river_head="q8_0"), "built rivers"),
+    ],
+)
 def test_river_head_type_errors(tiny_llama4, options, message):
     with RiverModel(tiny_llama4, n_ctx=16) as model:
         river_file = str(model.river_path)

@@ -95,7 +95,13 @@ def test_quality_block_and_json():
     assert lines[0] == "====== KL divergence statistics: river tau=0.98 (50 positions) ======"
     assert lines[1] == f"Mean    KLD: {report.mean_kl:10.6f} ± {report.mean_kl_se:9.6f}"
     assert [line.split(":")[0] for line in lines[2:8]] == [
-        "Maximum KLD", "  99.9% KLD", "  99.0% KLD", "  95.0% KLD", "  90.0% KLD", "Median  KLD"]
+        "Maximum KLD",
+        "  99.9% KLD",
+        "  99.0% KLD",
+        "  95.0% KLD",
+        "  90.0% KLD",
+        "Median  KLD",
+    ]
     assert float(lines[7].split(":")[1]) == pytest.approx(report.median_kl, abs=1e-6)
     assert lines[-1].startswith("Same top-1 :") and "%" in lines[-1]
     record = report.to_json()
@@ -136,8 +142,9 @@ def test_greedy_tokens_before_step_sets_each_steps_policy(tiny_llama4, river_cac
         exits.append(int(model.last_exit_layers[-1]))
         assert seen == [0, 1, 2, 3, 4] and exits == [0, 1, 2, 0, 1]
         # the same per-step depths in a teacher-forced run give the same choices
-        forced = teacher_forced(model, prompt, tokens, before_step=lambda i: setattr(model, "policy",
-                                                                                   ExitPolicy.at_layer(i % 3)))
+        forced = teacher_forced(
+            model, prompt, tokens, before_step=lambda i: setattr(model, "policy", ExitPolicy.at_layer(i % 3))
+        )
         assert list(forced.logits.argmax(-1)) == tokens
 
 

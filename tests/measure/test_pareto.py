@@ -55,8 +55,9 @@ def test_bytes_panel_shows_every_row_with_a_positive_kld(comparison):
 
 
 def test_speed_panel_shows_only_rows_with_a_speed(comparison):
-    speed_axes, _ = pareto_figure(comparison, speeds={"river tau=0.97": 1.5, "llama.cpp Q4_0": 1.9,
-                                                      "llama.cpp F16": 1.0}).axes
+    speed_axes, _ = pareto_figure(
+        comparison, speeds={"river tau=0.97": 1.5, "llama.cpp Q4_0": 1.9, "llama.cpp F16": 1.0}
+    ).axes
     assert _lines(speed_axes) == {sweep_group("cosine"): [1.5], LLAMA: [1.9]}
     assert sorted(t.get_text() for t in speed_axes.texts) == ["0.97", "Q4_0"]  # point labels, no note
     speed_axes, _ = pareto_figure(comparison).axes

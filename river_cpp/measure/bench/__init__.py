@@ -59,18 +59,31 @@ Rows come in the order measured: each configuration's pp row, then its tg row.
 """
 
 from river_cpp.measure.bench.report import (
-                                            BACKBONE_RUNG,
-                                            FORMAT,
-                                            LLAMA_ENGINE,
-                                            REFERENCE,
-                                            RIVER_ENGINE,
-                                            TG_CONTEXT,
-                                            BenchReport,
-                                            BenchRow,
+    BACKBONE_RUNG,
+    FORMAT,
+    LLAMA_ENGINE,
+    REFERENCE,
+    RIVER_ENGINE,
+    TG_CONTEXT,
+    BenchReport,
+    BenchRow,
 )
 from river_cpp.measure.bench.rss import max_rss_bytes
 from river_cpp.measure.bench.runners import DEFAULT_PEERS, bench_tokens, default_configs, gguf_tensor_bytes, measure
 
-__all__ = ["BACKBONE_RUNG", "DEFAULT_PEERS", "FORMAT", "LLAMA_ENGINE", "REFERENCE", "RIVER_ENGINE", "TG_CONTEXT",
-           "BenchReport", "BenchRow", "bench_tokens", "default_configs", "gguf_tensor_bytes", "max_rss_bytes",
-           "measure"]
+__all__ = [
+    "BACKBONE_RUNG",
+    "DEFAULT_PEERS",
+    "FORMAT",
+    "LLAMA_ENGINE",
+    "REFERENCE",
+    "RIVER_ENGINE",
+    "TG_CONTEXT",
+    "BenchReport",
+    "BenchRow",
+    "bench_tokens",
+    "default_configs",
+    "gguf_tensor_bytes",
+    "max_rss_bytes",
+    "measure",
+]

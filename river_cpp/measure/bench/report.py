@@ -31,11 +31,11 @@ class BenchRow:
     """One configuration's result in one test (ppN or tgN)."""
 
     config: str
-    engine: str                      # RIVER_ENGINE or LLAMA_ENGINE
-    test: str                        # "pp512", "tg128"
+    engine: str  # RIVER_ENGINE or LLAMA_ENGINE
+    test: str  # "pp512", "tg128"
     n_tokens: int
     size_bytes: int
-    samples: tuple[float, ...]       # tokens/s, one per repetition
+    samples: tuple[float, ...]  # tokens/s, one per repetition
     mean_exit_layer: Optional[float] = None
     peak_rss_bytes: Optional[int] = None
 
@@ -51,7 +51,7 @@ class BenchRow:
 
     @property
     def kind(self) -> str:
-        """"pp" or "tg"."""
+        """ "pp" or "tg"."""
         return self.test[:2]
 
 
@@ -130,13 +130,18 @@ class BenchReport:
                 cells.append("" if row.peak_rss_bytes is None else _mib(row.peak_rss_bytes))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-        lines.append(f"pp{self.n_prompt}: prompt from an empty cache; tg{self.n_gen}: single-token steps after "
-                     f"{self.tg_context} context tokens; same text tokens for all. size: weights loaded.")
+        lines.append(
+            f"pp{self.n_prompt}: prompt from an empty cache; tg{self.n_gen}: single-token steps after "
+            f"{self.tg_context} context tokens; same text tokens for all. size: weights loaded."
+        )
         if has_exit:
             lines.append("exit layer: backbone layers per token (ours; the prompt exits at one depth).")
         if has_rss:
-            base = "" if self.rss_baseline_bytes is None else f" (of which {_mib(self.rss_baseline_bytes)} " \
-                                                             f"before loading the model)"
+            base = (
+                ""
+                if self.rss_baseline_bytes is None
+                else f" (of which {_mib(self.rss_baseline_bytes)} before loading the model)"
+            )
             lines.append(f"peak RSS: a fresh process running this configuration alone{base}.")
         return "\n".join(lines)
 
@@ -145,12 +150,13 @@ class BenchReport:
     def to_json(self) -> str:
         """The report as JSON text (schema in this module's docstring)."""
         data = asdict(self)
-        data["rows"] = [dict(asdict(row), samples=list(row.samples), t_s_mean=row.t_s_mean, t_s_sd=row.t_s_sd)
-                        for row in self.rows]
+        data["rows"] = [
+            dict(asdict(row), samples=list(row.samples), t_s_mean=row.t_s_mean, t_s_sd=row.t_s_sd) for row in self.rows
+        ]
         return json.dumps({"format": FORMAT, **data}, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "BenchReport":
+    def from_json(cls, text: str) -> BenchReport:
         """A report from to_json's text (derived fields such as t_s_mean are recomputed)."""
         data = json.loads(text)
         if data.pop("format", None) != FORMAT:
@@ -167,7 +173,7 @@ class BenchReport:
         Path(path).write_text(self.to_json())
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "BenchReport":
+    def load(cls, path: Union[str, os.PathLike]) -> BenchReport:
         """A report from a file that save() (or `river-cpp bench --json`) wrote."""
         return cls.from_json(Path(path).read_text())
 

@@ -34,8 +34,13 @@ DEFAULT_PEERS: tuple[str, ...] = (BACKBONE_RUNG,) + tuple(LADDER_TYPES)
 # ---------------------------------------------------------------- configurations
 
 
-def default_configs(taus: Sequence[float] = (0.97, 0.98, 0.99), *, river: Optional[str] = PAPER.river,
-                    min_layer: int = PAPER.min_layer, with_full_river: bool = True) -> list[RiverConfig]:
+def default_configs(
+    taus: Sequence[float] = (0.97, 0.98, 0.99),
+    *,
+    river: Optional[str] = PAPER.river,
+    min_layer: int = PAPER.min_layer,
+    with_full_river: bool = True,
+) -> list[RiverConfig]:
     """Our backbone, River at each tau and the full river (river=None: the backbone alone)."""
     configs = [backbone_config()]
     if river is not None:
@@ -48,9 +53,18 @@ def default_configs(taus: Sequence[float] = (0.97, 0.98, 0.99), *, river: Option
 # ---------------------------------------------------------------- measure
 
 
-def measure(backbone: Union[str, os.PathLike], configs: Sequence[RiverConfig], peers: Sequence[str] = DEFAULT_PEERS,
-            *, n_prompt: int = 512, n_gen: int = 128, repeats: int = 5, n_threads: Optional[int] = None,
-            memory: bool = True, progress: bool = True) -> BenchReport:
+def measure(
+    backbone: Union[str, os.PathLike],
+    configs: Sequence[RiverConfig],
+    peers: Sequence[str] = DEFAULT_PEERS,
+    *,
+    n_prompt: int = 512,
+    n_gen: int = 128,
+    repeats: int = 5,
+    n_threads: Optional[int] = None,
+    memory: bool = True,
+    progress: bool = True,
+) -> BenchReport:
     """Prefill and decode tokens/s of each configuration and llama.cpp peer, interleaved.
 
     backbone: the GGUF file every configuration and peer derives from.
@@ -77,7 +91,7 @@ def measure(backbone: Union[str, os.PathLike], configs: Sequence[RiverConfig], p
     # + 1: generate_step stops when the cache is full, and the last timed step fills it
     n_ctx = max(n_prompt, TG_CONTEXT + n_gen) + 1
     ids = bench_tokens(backbone, n_ctx)  # the peers are quantized from it: one vocabulary
-    work = Work(prompt=ids[:n_prompt], context=ids[:TG_CONTEXT], decode=ids[TG_CONTEXT:TG_CONTEXT + n_gen])
+    work = Work(prompt=ids[:n_prompt], context=ids[:TG_CONTEXT], decode=ids[TG_CONTEXT : TG_CONTEXT + n_gen])
 
     runners: list[Runner] = []
     try:
@@ -112,13 +126,33 @@ def measure(backbone: Union[str, os.PathLike], configs: Sequence[RiverConfig], p
         baseline = int(statistics.median(baselines))
 
     counts = dict(tests)
-    rows = [BenchRow(config=t.name, engine=t.engine, test=f"{kind}{counts[kind]}", n_tokens=counts[kind],
-                     size_bytes=sizes[t.name], samples=tuple(samples[(t.name, kind)]),
-                     mean_exit_layer=exits[(t.name, kind)], peak_rss_bytes=peaks[t.name])
-            for t in targets for kind, _ in tests]
-    return BenchReport(model=str(backbone), n_prompt=n_prompt, n_gen=n_gen, repetitions=repeats,
-                       n_threads=n_threads, n_ctx=n_ctx, rows=rows, n_layer=n_layer, load_average=load_average,
-                       rss_baseline_bytes=baseline, versions=_versions())
+    rows = [
+        BenchRow(
+            config=t.name,
+            engine=t.engine,
+            test=f"{kind}{counts[kind]}",
+            n_tokens=counts[kind],
+            size_bytes=sizes[t.name],
+            samples=tuple(samples[(t.name, kind)]),
+            mean_exit_layer=exits[(t.name, kind)],
+            peak_rss_bytes=peaks[t.name],
+        )
+        for t in targets
+        for kind, _ in tests
+    ]
+    return BenchReport(
+        model=str(backbone),
+        n_prompt=n_prompt,
+        n_gen=n_gen,
+        repetitions=repeats,
+        n_threads=n_threads,
+        n_ctx=n_ctx,
+        rows=rows,
+        n_layer=n_layer,
+        load_average=load_average,
+        rss_baseline_bytes=baseline,
+        versions=_versions(),
+    )
 
 
 def _count(name: str, value: object, *, minimum: int = 0) -> int:
@@ -170,15 +204,15 @@ class Target:
 
     name: str
     engine: str
-    path: Path                     # the backbone (ours) or the peer's GGUF
+    path: Path  # the backbone (ours) or the peer's GGUF
     config: Optional[RiverConfig] = None
 
 
 @dataclass(frozen=True)
 class Work:
-    prompt: list[int]     # pp: from an empty cache
-    context: list[int]    # tg: untimed prefill
-    decode: list[int]     # tg: one timed step each
+    prompt: list[int]  # pp: from an empty cache
+    context: list[int]  # tg: untimed prefill
+    decode: list[int]  # tg: one timed step each
 
 
 def _targets(backbone: Path, configs: Sequence[RiverConfig], peers: Sequence[str]) -> list[Target]:
@@ -199,8 +233,10 @@ def _targets(backbone: Path, configs: Sequence[RiverConfig], peers: Sequence[str
     if duplicates:
         raise ValueError(f"configuration names must be unique; repeated: {', '.join(map(repr, duplicates))}")
     targets = [Target(config.name, RIVER_ENGINE, backbone, config) for config in configs]
-    targets += [Target(peer_name(rung), LLAMA_ENGINE, backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung))
-                for rung in peers]
+    targets += [
+        Target(peer_name(rung), LLAMA_ENGINE, backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung))
+        for rung in peers
+    ]
     return targets
 
 

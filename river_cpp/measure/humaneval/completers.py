@@ -55,8 +55,9 @@ class ModelCompleter:
     """Greedy completions of one loaded model (a RiverModel or a LlamaCppPeer), which
     it owns and closes. speculative: lossless River (the backbone's tokens)."""
 
-    def __init__(self, name: str, engine: str, model: LanguageModel, *,
-                 speculative: Optional["Speculative"] = None) -> None:
+    def __init__(
+        self, name: str, engine: str, model: LanguageModel, *, speculative: Optional[Speculative] = None
+    ) -> None:
         self.name = name
         self.engine = engine
         self.model = model
@@ -68,8 +69,9 @@ class ModelCompleter:
     def complete(self, prompt: str, *, max_tokens: int, stops: Sequence[str]) -> Completion:
         """Greedy continuation of `prompt`, ending at a stop, end of generation,
         max_tokens or a full context."""
-        result = generate(self.model, prompt, max_tokens=max_tokens, temperature=0.0, stop=list(stops),
-                          speculative=self.speculative)
+        result = generate(
+            self.model, prompt, max_tokens=max_tokens, temperature=0.0, stop=list(stops), speculative=self.speculative
+        )
         exits = tuple(int(d) for d in result.exit_layers) if self._exits else ()
         n_tokens = len(result.token_ids)
         if n_tokens and self.model.tokenizer.is_end_of_generation(result.token_ids[-1]):

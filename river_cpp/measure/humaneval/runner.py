@@ -112,7 +112,7 @@ class ConfigResult:
     engine: str
     problems: list[ProblemResult] = field(default_factory=list)
     n_layer: Optional[int] = None
-    exit_layer_sum: float = 0.0   # over every forward that chose a token, for a token-weighted mean
+    exit_layer_sum: float = 0.0  # over every forward that chose a token, for a token-weighted mean
     exit_layer_count: int = 0
 
     @property
@@ -134,10 +134,17 @@ class ConfigResult:
         return self.exit_layer_sum / self.exit_layer_count if self.exit_layer_count else None
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "engine": self.engine, "passed": self.n_passed, "total": self.total,
-                "pass_at_1": self.pass_at_1, "mean_exit_layer": self.mean_exit_layer, "n_layer": self.n_layer,
-                "n_exit_records": self.exit_layer_count,
-                "problems": [asdict(p) for p in self.problems]}
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "passed": self.n_passed,
+            "total": self.total,
+            "pass_at_1": self.pass_at_1,
+            "mean_exit_layer": self.mean_exit_layer,
+            "n_layer": self.n_layer,
+            "n_exit_records": self.exit_layer_count,
+            "problems": [asdict(p) for p in self.problems],
+        }
 
 
 @dataclass
@@ -152,19 +159,36 @@ class HumanEvalReport:
     configs: list[ConfigResult] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps({"format": FILE_FORMAT, "model": self.model, "task_ids": self.task_ids,
-                           "max_tokens": self.max_tokens, "timeout": self.timeout, "n_threads": self.n_threads,
-                           "stops": list(STOP_SEQUENCES), "configs": [c.to_dict() for c in self.configs]},
-                          indent=2) + "\n"
+        return (
+            json.dumps(
+                {
+                    "format": FILE_FORMAT,
+                    "model": self.model,
+                    "task_ids": self.task_ids,
+                    "max_tokens": self.max_tokens,
+                    "timeout": self.timeout,
+                    "n_threads": self.n_threads,
+                    "stops": list(STOP_SEQUENCES),
+                    "configs": [c.to_dict() for c in self.configs],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "HumanEvalReport":
+    def from_json(cls, text: str) -> HumanEvalReport:
         """The report of to_json's output (e.g. to reprint its table or merge runs)."""
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
-            raise ValueError(f"not a river-cpp HumanEval report (expected \"format\": \"{FILE_FORMAT}\")")
-        report = cls(data["model"], list(data["task_ids"]), int(data["max_tokens"]), float(data["timeout"]),
-                     data.get("n_threads"))
+            raise ValueError(f'not a river-cpp HumanEval report (expected "format": "{FILE_FORMAT}")')
+        report = cls(
+            data["model"],
+            list(data["task_ids"]),
+            int(data["max_tokens"]),
+            float(data["timeout"]),
+            data.get("n_threads"),
+        )
         for c in data["configs"]:
             config = ConfigResult(c["name"], c["engine"], [ProblemResult(**p) for p in c["problems"]], c.get("n_layer"))
             if c.get("mean_exit_layer") is not None:
@@ -176,7 +200,7 @@ class HumanEvalReport:
         return report
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "HumanEvalReport":
+    def load(cls, path: Union[str, os.PathLike]) -> HumanEvalReport:
         """The report saved at `path`."""
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
@@ -193,8 +217,10 @@ class HumanEvalReport:
         only here (won) and completions identical to the backbone's: on a few dozen
         problems, pass counts alone hide how much a configuration changed."""
         reference = next((c for c in self.configs if c.name == "backbone"), None)
-        lines = ["| configuration | passed | pass@1 | mean exit layer | won / lost vs backbone | same completion |",
-                 "|---|---:|---:|---:|---:|---:|"]
+        lines = [
+            "| configuration | passed | pass@1 | mean exit layer | won / lost vs backbone | same completion |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for c in self.configs:
             exit_layer = "" if c.mean_exit_layer is None else f"{c.mean_exit_layer:.1f} / {c.n_layer}"
             paired = ["", ""]
@@ -205,17 +231,25 @@ class HumanEvalReport:
                 lost = sum(b.passed and not p.passed for b, p in pairs)
                 same = sum(b.completion == p.completion for b, p in pairs)
                 paired = [f"+{won} / -{lost}", f"{same}/{len(pairs)}"]
-            lines.append(f"| {c.name} | {c.n_passed}/{c.total} | {100 * c.pass_at_1:.1f}% | {exit_layer} | "
-                         f"{paired[0]} | {paired[1]} |")
+            lines.append(
+                f"| {c.name} | {c.n_passed}/{c.total} | {100 * c.pass_at_1:.1f}% | {exit_layer} | "
+                f"{paired[0]} | {paired[1]} |"
+            )
         return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- running
 
 
-def evaluate(completer: Completer, problems: Sequence[Problem], *, max_tokens: int = DEFAULT_MAX_TOKENS,
-             timeout: float = DEFAULT_TIMEOUT, stops: Sequence[str] = STOP_SEQUENCES,
-             progress: Optional[Callable[[Iterable, str], Iterable]] = None) -> ConfigResult:
+def evaluate(
+    completer: Completer,
+    problems: Sequence[Problem],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    timeout: float = DEFAULT_TIMEOUT,
+    stops: Sequence[str] = STOP_SEQUENCES,
+    progress: Optional[Callable[[Iterable, str], Iterable]] = None,
+) -> ConfigResult:
     """Complete and run every problem with one completer; its ConfigResult.
 
     A generation that raises (e.g. a prompt longer than the context) fails that
@@ -228,18 +262,29 @@ def evaluate(completer: Completer, problems: Sequence[Problem], *, max_tokens: i
         try:
             completion = completer.complete(problem.prompt, max_tokens=max_tokens, stops=stops)
         except (ValueError, RuntimeError) as error:
-            result.problems.append(ProblemResult(problem.task_id, False, "generation error", "", 0,
-                                                 time.perf_counter() - start, error=str(error)))
+            result.problems.append(
+                ProblemResult(
+                    problem.task_id, False, "generation error", "", 0, time.perf_counter() - start, error=str(error)
+                )
+            )
             continue
         seconds = time.perf_counter() - start
         execution = run_program(program_for(problem, completion.text), timeout=timeout)
         exits = completion.exit_layers
         result.exit_layer_sum += sum(exits)
         result.exit_layer_count += len(exits)
-        result.problems.append(ProblemResult(
-            problem.task_id, execution.passed, execution.status, completion.text, completion.n_tokens, seconds,
-            mean_exit_layer=float(np.mean(exits)) if exits else None,
-            error="" if execution.passed else _last_line(execution.output)))
+        result.problems.append(
+            ProblemResult(
+                problem.task_id,
+                execution.passed,
+                execution.status,
+                completion.text,
+                completion.n_tokens,
+                seconds,
+                mean_exit_layer=float(np.mean(exits)) if exits else None,
+                error="" if execution.passed else _last_line(execution.output),
+            )
+        )
     return result
 
 
@@ -257,32 +302,44 @@ class Target:
     path: Optional[Path] = None
 
     @classmethod
-    def river(cls, config: RiverConfig) -> "Target":
+    def river(cls, config: RiverConfig) -> Target:
         return cls(config.name, config=config)
 
     @classmethod
-    def llama_cpp(cls, rung: str, path: Union[str, os.PathLike]) -> "Target":
+    def llama_cpp(cls, rung: str, path: Union[str, os.PathLike]) -> Target:
         return cls(peer_name(rung), path=Path(path))
 
-    def open(self, backbone: Union[str, os.PathLike], *, n_threads: int, n_ctx: int = DEFAULT_N_CTX,
-             speculative: Optional["Speculative"] = None) -> Completer:
+    def open(
+        self,
+        backbone: Union[str, os.PathLike],
+        *,
+        n_threads: int,
+        n_ctx: int = DEFAULT_N_CTX,
+        speculative: Optional[Speculative] = None,
+    ) -> Completer:
         """Load this target's model (speculative: for River configurations with a river)."""
         if self.config is not None:
             model = self.config.load(backbone, n_ctx=n_ctx, n_threads=n_threads, progress=False)
-            return ModelCompleter(self.name, RIVER_ENGINE, model,
-                                  speculative=speculative if model.has_river else None)
+            return ModelCompleter(self.name, RIVER_ENGINE, model, speculative=speculative if model.has_river else None)
         from river_cpp.measure.llama_peer import LlamaCppPeer
 
         assert self.path is not None
         return ModelCompleter(self.name, LLAMA_ENGINE, LlamaCppPeer(self.path, n_ctx=n_ctx, n_threads=n_threads))
 
 
-def run_humaneval(backbone: Union[str, os.PathLike], targets: Sequence[Target], problems: Sequence[Problem], *,
-                  max_tokens: int = DEFAULT_MAX_TOKENS, timeout: float = DEFAULT_TIMEOUT,
-                  n_threads: Optional[int] = None, n_ctx: int = DEFAULT_N_CTX,
-                  progress: Optional[Callable[[Iterable, str], Iterable]] = None,
-                  on_config: Optional[Callable[[HumanEvalReport], None]] = None,
-                  speculative: Optional["Speculative"] = None) -> HumanEvalReport:
+def run_humaneval(
+    backbone: Union[str, os.PathLike],
+    targets: Sequence[Target],
+    problems: Sequence[Problem],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    timeout: float = DEFAULT_TIMEOUT,
+    n_threads: Optional[int] = None,
+    n_ctx: int = DEFAULT_N_CTX,
+    progress: Optional[Callable[[Iterable, str], Iterable]] = None,
+    on_config: Optional[Callable[[HumanEvalReport], None]] = None,
+    speculative: Optional[Speculative] = None,
+) -> HumanEvalReport:
     """Evaluate each target in turn (one model loaded at a time) on `problems`.
 
     speculative: River configurations complete with lossless River (the backbone's tokens).
@@ -300,8 +357,9 @@ def run_humaneval(backbone: Union[str, os.PathLike], targets: Sequence[Target], 
     for target in targets:
         completer = target.open(backbone, n_threads=n_threads, n_ctx=n_ctx, speculative=speculative)
         try:
-            report.configs.append(evaluate(completer, problems, max_tokens=max_tokens, timeout=timeout,
-                                           progress=progress))
+            report.configs.append(
+                evaluate(completer, problems, max_tokens=max_tokens, timeout=timeout, progress=progress)
+            )
         finally:
             completer.close()
         if on_config is not None:

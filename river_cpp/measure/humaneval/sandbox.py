@@ -65,8 +65,13 @@ def run_program(program: str, *, timeout: float = DEFAULT_TIMEOUT) -> Execution:
         env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "HOME": folder, "TMPDIR": folder}
         start = time.perf_counter()
         child = subprocess.Popen(
-            [sys.executable, "-I", script.name], cwd=folder, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            [sys.executable, "-I", script.name],
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
             preexec_fn=_limit_child if os.name == "posix" else None,
         )
         try:
