@@ -25,6 +25,7 @@ class Preset:
     prefill: str  # the prompt's route: "backbone" (full precision) or "exit"
     tau: Optional[float]  # decode exits at this uniform threshold; None: every token on the river
     min_layer: int  # least backbone layers before a threshold exit is checked
+    speculative: bool = False  # lossless River: the river drafts, the backbone verifies
 
     @property
     def policy(self) -> ExitPolicy:
@@ -48,11 +49,18 @@ DEFAULT = Preset("default", river="q8_0", river_head="q8_0", prefill="backbone",
 # too (at one depth), each decoded token where the similarity first passes tau.
 PAPER = Preset("paper", river="q4_0", river_head=False, prefill="exit", tau=0.98, min_layer=2)
 
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (DEFAULT, PAPER)}
+# Lossless River: the backbone's own tokens, faster where the backbone verifies a block
+# for little more than one token (docs/results.md, "Lossless River"): a 4-bit river
+# with a 4-bit head drafts on the shared cache; the decode policy is the draft's.
+LOSSLESS = Preset(
+    "lossless", river="q4_0", river_head="q4_0", prefill="backbone", tau=None, min_layer=2, speculative=True
+)
+
+PRESETS: dict[str, Preset] = {preset.name: preset for preset in (DEFAULT, PAPER, LOSSLESS)}
 
 
 def preset(name: str) -> Preset:
-    """The preset called `name` ("default", "paper"); ValueError naming the known ones."""
+    """The preset called `name` ("default", "paper", "lossless"); ValueError naming the known ones."""
     try:
         return PRESETS[name.lower()]
     except KeyError:

@@ -27,5 +27,10 @@ def test_generate_preset_paper(tiny_llama4, river_cache, capsys):
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match="known: default, paper"):
+    with pytest.raises(ValueError, match="known: default, paper, lossless"):
         preset("fast")
+
+
+def test_generate_preset_lossless_is_speculative(tiny_llama4, river_cache, capsys):
+    assert main(["generate", "Hello", "--model", str(tiny_llama4), "-n", "6", "--preset", "lossless"]) == 0
+    assert "speculative:" in capsys.readouterr().err

@@ -71,8 +71,11 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def speculative(args: argparse.Namespace):
-    """The river_cpp.Speculative that --speculative asks for, or None."""
-    if not args.speculative:
+    """The river_cpp.Speculative that --speculative (or a lossless --preset) asks for, or None."""
+    from river_cpp.presets import preset
+
+    chosen = getattr(args, "preset", None)
+    if not args.speculative and not (chosen and preset(chosen).speculative):
         return None
     from river_cpp.speculative import Speculative
 

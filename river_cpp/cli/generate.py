@@ -189,4 +189,19 @@ def run(args: argparse.Namespace) -> int:
         print(result.speculative.summary(), file=sys.stderr)
     elif model_has_river:
         print(result.exit_stats.summary(), file=sys.stderr)
+        if _uses_defaults(args):
+            print(LOSSLESS_HINT, file=sys.stderr)
     return 0
+
+
+# Printed after a lossy default decode: the exact alternative (docs/results.md).
+LOSSLESS_HINT = (
+    "river-cpp: these tokens came from the Q8_0 river; for the backbone's own tokens, "
+    "faster than the backbone on 0.5B+ models, add --preset lossless"
+)
+
+
+def _uses_defaults(args: argparse.Namespace) -> bool:
+    """No preset, river route or policy was chosen: the user took the default decode."""
+    chosen = (args.river, args.tau, args.exit_layer, args.policy, args.prefill, args.river_head)
+    return args.preset == DEFAULT.name and all(value is None for value in chosen)
