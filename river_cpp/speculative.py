@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, Union
 
@@ -133,8 +134,11 @@ class _ModelDraft:
         self.model = draft
 
     def begin(self, history: Sequence[int]) -> None:
-        """Keep what the draft's cache holds of `history` (its own prompt cache)."""
+        """Bring the draft's cache to the prompt (all of `history` but its last token,
+        reusing what it holds) with the target's prefill, not inside the first round."""
         self.model.rewind(self.model.cached_prefix(history, route="backbone"))
+        if self.model.n_past < len(history) - 1:
+            self.model.forward(history[self.model.n_past : -1], last_only=True, route="backbone")
 
     def end(self) -> None:
         pass
@@ -166,13 +170,14 @@ class DraftLength:
 
     With per-token acceptance a, k drafted tokens yield (1 - a^(k+1)) / (1 - a)
     tokens on average and cost k drafts plus one verify of k+1 positions. Drafts
-    and verifies are timed as they run (verify time fitted as a line in the batch
-    size), and the k with the most tokens per second wins; k = 0 is plain
+    and verifies are timed as they run (medians of recent rounds; verify time fitted
+    as a line in the batch size), and the k with the most tokens per second wins; k = 0 is plain
     decoding, so a prompt the draft cannot follow falls back to it, trying a short
     draft now and then to notice when drafting pays again.
     """
 
-    _DECAY = 0.9  # weight of the past in the running estimates, per round
+    _DECAY = 0.9  # weight of the past in the running acceptance, per round
+    _WINDOW = 9  # recent timings kept per cost
     _PROBE_EVERY = 32  # rounds of plain decoding between two probing drafts
     _PRIOR_ACCEPTANCE = 0.7
     _PRIOR_VERIFY_SLOPE = 0.25  # extra verify cost per position, relative to one
@@ -182,8 +187,10 @@ class DraftLength:
         self.adaptive = adaptive
         self._accepted = self._PRIOR_ACCEPTANCE  # decayed counts of accepted / offered drafts
         self._offered = 1.0
-        self._draft_seconds: Optional[float] = None
-        self._verify: dict[int, float] = {}  # positions -> running seconds
+        # Recent timings; their medians are the costs, so that a stall of the machine
+        # (another process, a page fault) does not switch drafting off or on.
+        self._draft: deque[float] = deque(maxlen=self._WINDOW)  # seconds per drafted token
+        self._verify: dict[int, deque[float]] = {}  # positions -> seconds per verify
         self._rounds = 0
         self._plain_rounds = 0
 
@@ -198,7 +205,7 @@ class DraftLength:
             return min(self.max_draft, room)
         if self._rounds == 1:
             k = 0  # a plain step first: the cost of one backbone token
-        elif self._draft_seconds is None:
+        elif not self._draft:
             k = min(4, self.max_draft)
         else:
             k = self._best_length()
@@ -213,15 +220,8 @@ class DraftLength:
     ) -> None:
         """Record one round."""
         if draft_forwards:
-            per_draft = draft_seconds / draft_forwards
-            self._draft_seconds = (
-                per_draft
-                if self._draft_seconds is None
-                else self._DECAY * self._draft_seconds + (1 - self._DECAY) * per_draft
-            )
-        n = n_drafted + 1
-        old = self._verify.get(n)
-        self._verify[n] = verify_seconds if old is None else self._DECAY * old + (1 - self._DECAY) * verify_seconds
+            self._draft.append(draft_seconds / draft_forwards)
+        self._verify.setdefault(n_drafted + 1, deque(maxlen=self._WINDOW)).append(verify_seconds)
         if n_drafted:
             # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
             offered = n_accepted + (1 if n_accepted < n_drafted else 0)
@@ -229,8 +229,8 @@ class DraftLength:
             self._offered = self._DECAY * self._offered + offered
 
     def _verify_cost(self, n: int) -> float:
-        """Seconds to verify n positions: a line through the running averages."""
-        points = sorted(self._verify.items())
+        """Seconds to verify n positions: a line through the recent medians."""
+        points = sorted((size, float(np.median(times))) for size, times in self._verify.items())
         if len(points) == 1:
             n0, t0 = points[0]
             base = t0 / (1 + self._PRIOR_VERIFY_SLOPE * (n0 - 1))
@@ -242,10 +242,11 @@ class DraftLength:
 
     def _best_length(self) -> int:
         a = min(self.acceptance, 0.999)
+        draft_seconds = float(np.median(self._draft))
         best_k, best_rate = 0, 1.0 / self._verify_cost(1)
         for k in range(1, self.max_draft + 1):
             expected = (1 - a ** (k + 1)) / (1 - a)
-            rate = expected / (k * self._draft_seconds + self._verify_cost(k + 1))
+            rate = expected / (k * draft_seconds + self._verify_cost(k + 1))
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
