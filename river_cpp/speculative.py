@@ -229,7 +229,10 @@ class DraftLength:
             self._offered = self._DECAY * self._offered + offered
 
     def _verify_cost(self, n: int) -> float:
-        """Seconds to verify n positions: a line through the recent medians."""
+        """Seconds to verify n positions: the recent median where n was verified, else a
+        line through the others (a line alone misjudges the jump from 1 position to 2)."""
+        if n in self._verify:
+            return float(np.median(self._verify[n]))
         points = sorted((size, float(np.median(times))) for size, times in self._verify.items())
         if len(points) == 1:
             n0, t0 = points[0]
