@@ -27,8 +27,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from river_cpp import RiverModel, Speculative
+from river_cpp import ExitPolicy, RiverModel, Speculative
 from river_cpp.language_model import LanguageModel
+from river_cpp.measure.ladder import rung_path
 
 DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data" / "chat_prompts.txt"
 
@@ -91,14 +92,6 @@ def _open_peer(path: Path, n_ctx: int, n_threads: int) -> LanguageModel:
     return LlamaCppPeer(path, n_ctx=n_ctx, n_threads=n_threads)
 
 
-def _ladder_path(backbone: Path, rung: str) -> Path:
-    if rung == "F16":
-        return backbone
-    from river_cpp.measure.ladder import ladder_path
-
-    return ladder_path(backbone, rung)
-
-
 # ---------------------------------------------------------------- costs
 
 
@@ -137,8 +130,6 @@ def draft_cost(model: RiverModel, context: list[int], repeats: int) -> float:
         model.rewind(base)
 
     saved = model.policy
-    from river_cpp import ExitPolicy
-
     model.policy = ExitPolicy.at_layer(0)
     try:
         return _time(draft, repeats)
@@ -207,7 +198,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         small = RiverModel(args.draft_model, river=None, **load)
         configs.append(Config(f"draft {Path(args.draft_model).name}", base, Speculative(draft=small, **spec_options)))
     for rung in args.peers:
-        configs.append(Config(f"llama.cpp {rung}", _open_peer(_ladder_path(backbone, rung), n_ctx, args.threads)))
+        configs.append(Config(f"llama.cpp {rung}", _open_peer(rung_path(backbone, rung), n_ctx, args.threads)))
 
     prompts = chat_prompts(base, args.n_prompts) if args.prompts == "chat" else humaneval_prompts(args.n_prompts)
     context = base.tokenize(prompts[0], add_bos=True, special=True)

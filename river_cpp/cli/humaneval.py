@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import add_speculative_arguments, choices, model_path, speculative
+from river_cpp.cli._common import add_speculative_arguments, check_output_folder, choices, model_path, speculative
 from river_cpp.presets import PAPER
 
 
@@ -73,11 +73,10 @@ def run(args: argparse.Namespace) -> int:
 
     from river_cpp.measure import humaneval as he
     from river_cpp.measure.configs import RiverConfig, backbone_config, river_at_tau
-    from river_cpp.measure.ladder import ladder_path
+    from river_cpp.measure.ladder import rung_path
     from river_cpp.policy import ExitPolicy
 
-    if args.json and not Path(args.json).resolve().parent.is_dir():  # found out before the run, not after it
-        raise FileNotFoundError(f"no folder for --json: {Path(args.json).parent}")
+    check_output_folder(args.json, "--json")
     try:
         problems = he.select_problems(he.load_problems(), args.problems)
     except ImportError as error:
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     configs += [RiverConfig(f"river {Path(f).stem}", ExitPolicy.load(f), river=args.river) for f in args.policy]
     targets = [he.Target.river(c) for c in configs]
     for rung in (rung.upper() for rung in choices(args.peers, ["Q4_K_M", "Q8_0"])):
-        targets.append(he.Target.llama_cpp(rung, path if rung == "F16" else ladder_path(path, rung)))
+        targets.append(he.Target.llama_cpp(rung, rung_path(path, rung)))
 
     def progress(items, desc):
         return tqdm(items, desc=desc, leave=False)

@@ -498,8 +498,7 @@ def run_comparison(
     row as soon as it is measured. speculative: River rows' greedy runs are lossless
     River's (their tokens until divergence then measure the verification, not the exits).
     """
-    from river_cpp.measure.bench import BACKBONE_RUNG
-    from river_cpp.measure.ladder import ladder_path
+    from river_cpp.measure.ladder import rung_path
     from river_cpp.model import default_n_threads
 
     work.check()
@@ -552,6 +551,6 @@ def run_comparison(
         if model is not None:
             model.close()
     for rung in progress(ladder, "llama.cpp ladder"):
-        path = backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung)  # quantized once, cached
+        path = rung_path(backbone, rung)  # a quantization is made once, then cached
         add(llama_row(path, peer_name(rung), work, reference, reference_greedy, n_threads=n_threads, progress=progress))
     return comparison

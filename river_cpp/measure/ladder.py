@@ -28,6 +28,16 @@ LADDER_TYPES: dict[str, int] = {
 }
 
 
+# The peer rung that names the backbone GGUF itself, whatever its type (F16 in this project).
+BACKBONE_RUNG = "F16"
+
+
+def rung_path(backbone: Path, rung: str) -> Path:
+    """The GGUF llama.cpp runs as peer `rung`: the backbone itself for BACKBONE_RUNG, else
+    its cached quantization (ladder_path)."""
+    return Path(backbone) if rung == BACKBONE_RUNG else ladder_path(backbone, rung)
+
+
 def ladder_path(backbone: Path, name: str) -> Path:
     """The cached llama.cpp quantization `name` (a LADDER_TYPES key) of `backbone`, made on demand."""
     if name not in LADDER_TYPES:

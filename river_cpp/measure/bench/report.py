@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 from river_cpp.measure.configs import peer_name
+from river_cpp.measure.ladder import BACKBONE_RUNG
 
 FORMAT = "river-cpp-bench/1"
-# The peer rung that names the backbone GGUF itself, whatever its type (F16 in this project).
-BACKBONE_RUNG = "F16"
 # The row every ratio is taken to: llama.cpp on the backbone GGUF.
 REFERENCE = peer_name(BACKBONE_RUNG)
 # Tokens in the cache before a tg test's timed steps.

@@ -25,7 +25,7 @@ from river_cpp.language_model import LanguageModel
 from river_cpp.measure.bench.report import BACKBONE_RUNG, LLAMA_ENGINE, RIVER_ENGINE, TG_CONTEXT, BenchReport, BenchRow
 from river_cpp.measure.configs import RiverConfig, backbone_config, full_river, peer_name, river_at_tau
 from river_cpp.measure.evaluate import ForcedTokens
-from river_cpp.measure.ladder import LADDER_TYPES, ladder_path
+from river_cpp.measure.ladder import LADDER_TYPES, rung_path
 from river_cpp.presets import PAPER
 
 DEFAULT_PEERS: tuple[str, ...] = (BACKBONE_RUNG,) + tuple(LADDER_TYPES)
@@ -233,10 +233,7 @@ def _targets(backbone: Path, configs: Sequence[RiverConfig], peers: Sequence[str
     if duplicates:
         raise ValueError(f"configuration names must be unique; repeated: {', '.join(map(repr, duplicates))}")
     targets = [Target(config.name, RIVER_ENGINE, backbone, config) for config in configs]
-    targets += [
-        Target(peer_name(rung), LLAMA_ENGINE, backbone if rung == BACKBONE_RUNG else ladder_path(backbone, rung))
-        for rung in peers
-    ]
+    targets += [Target(peer_name(rung), LLAMA_ENGINE, rung_path(backbone, rung)) for rung in peers]
     return targets
 
 
