@@ -228,28 +228,27 @@ class DraftLength:
             self._accepted = self._DECAY * self._accepted + n_accepted
             self._offered = self._DECAY * self._offered + offered
 
-    def _verify_cost(self, n: int) -> float:
-        """Seconds to verify n positions: the recent median where n was verified, else a
-        line through the others (a line alone misjudges the jump from 1 position to 2)."""
-        if n in self._verify:
-            return float(np.median(self._verify[n]))
-        points = sorted((size, float(np.median(times))) for size, times in self._verify.items())
-        if len(points) == 1:
-            n0, t0 = points[0]
-            base = t0 / (1 + self._PRIOR_VERIFY_SLOPE * (n0 - 1))
-            return base * (1 + self._PRIOR_VERIFY_SLOPE * (n - 1))
-        xs = np.array([p[0] for p in points], dtype=np.float64)
-        ys = np.array([p[1] for p in points], dtype=np.float64)
-        slope, intercept = np.polyfit(xs, ys, 1)
-        return max(intercept + slope * n, 1e-9)
+    def _verify_costs(self, sizes: range) -> dict[int, float]:
+        """Seconds to verify each of `sizes` positions: the recent median where that size
+        was verified, else a line through the others (a line alone misjudges the jump
+        from 1 position to 2). Computed once per decision: this runs every round."""
+        medians = {size: float(np.median(times)) for size, times in self._verify.items()}
+        if len(medians) == 1:
+            ((n0, t0),) = medians.items()
+            slope = t0 * self._PRIOR_VERIFY_SLOPE / (1 + self._PRIOR_VERIFY_SLOPE * (n0 - 1))
+            intercept = t0 - slope * n0
+        else:
+            slope, intercept = np.polyfit(list(medians), list(medians.values()), 1)
+        return {n: medians[n] if n in medians else max(intercept + slope * n, 1e-9) for n in sizes}
 
     def _best_length(self) -> int:
         a = min(self.acceptance, 0.999)
         draft_seconds = float(np.median(self._draft))
-        best_k, best_rate = 0, 1.0 / self._verify_cost(1)
+        verify = self._verify_costs(range(1, self.max_draft + 2))
+        best_k, best_rate = 0, 1.0 / verify[1]
         for k in range(1, self.max_draft + 1):
             expected = (1 - a ** (k + 1)) / (1 - a)
-            rate = expected / (k * draft_seconds + self._verify_cost(k + 1))
+            rate = expected / (k * draft_seconds + verify[k + 1])
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
