@@ -44,6 +44,27 @@ def check_output_folder(path: Optional[str], option: str) -> None:
         raise FileNotFoundError(f"no folder for {option}: {Path(path).parent}")
 
 
+def add_paper_river_arguments(p: argparse.ArgumentParser, *, allow_none: bool = False) -> None:
+    """--river and --min-layer of the measuring subcommands (bench, eval, calibrate,
+    humaneval), whose River is the paper's unless told otherwise."""
+    from river_cpp.presets import PAPER
+
+    none = "; none: our backbone and the peers only" if allow_none else ""
+    p.add_argument(
+        "--river",
+        default=PAPER.river,
+        metavar="TYPE|none" if allow_none else "TYPE",
+        help=f"river type (default {PAPER.river}, the paper's){none}",
+    )
+    p.add_argument(
+        "--min-layer",
+        type=int,
+        default=PAPER.min_layer,
+        metavar="N",
+        help=f"least backbone layers before an exit is checked ({PAPER.min_layer})",
+    )
+
+
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     """--speculative, --draft-max and --draft-p-min (generate, eval, humaneval)."""
     from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN

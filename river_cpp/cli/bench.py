@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import choices, model_path, n_layer
-from river_cpp.presets import PAPER
+from river_cpp.cli._common import add_paper_river_arguments, choices, model_path, n_layer
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,19 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="TAU",
         help="River thresholds to measure (default 0.97 0.98 0.99)",
     )
-    p.add_argument(
-        "--river",
-        default=PAPER.river,
-        metavar="TYPE|none",
-        help=f"river type (default {PAPER.river}, the paper's); none: our backbone and the peers only",
-    )
-    p.add_argument(
-        "--min-layer",
-        type=int,
-        default=PAPER.min_layer,
-        metavar="N",
-        help=f"with --tau: at least N backbone layers ({PAPER.min_layer})",
-    )
+    add_paper_river_arguments(p, allow_none=True)
     p.add_argument("--no-full-river", action="store_true", help="leave out the full river (every layer 4-bit)")
     p.add_argument(
         "--variants",

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import model_path
-from river_cpp.presets import PAPER
+from river_cpp.cli._common import add_paper_river_arguments, model_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,17 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     target.add_argument("--max-kld", type=float, metavar="X", help="keep the mean KL divergence at most X (nats)")
     p.add_argument("--output", "-o", metavar="FILE", default="policy.json", help="policy file (default policy.json)")
-    p.add_argument(
-        "--river", default=PAPER.river, metavar="TYPE", help=f"river type (default {PAPER.river}, the paper's)"
-    )
+    add_paper_river_arguments(p)
     p.add_argument("--signal", default="cosine", choices=["cosine", "update_norm"], help="exit signal (cosine)")
-    p.add_argument(
-        "--min-layer",
-        type=int,
-        default=PAPER.min_layer,
-        metavar="N",
-        help=f"at least N backbone layers ({PAPER.min_layer})",
-    )
     p.add_argument("--corpus", nargs="+", metavar="FILE", help="text files (default: as for eval)")
     p.add_argument(
         "--tokens",

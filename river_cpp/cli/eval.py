@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import add_speculative_arguments, choices, model_path, n_layer, speculative
-from river_cpp.presets import PAPER
+from river_cpp.cli._common import (
+    add_paper_river_arguments,
+    add_speculative_arguments,
+    choices,
+    model_path,
+    n_layer,
+    speculative,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -50,16 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="extensions to run: update_norm backbone_prompt river_types head (default: all); none",
     )
-    p.add_argument(
-        "--river", default=PAPER.river, metavar="TYPE", help=f"river type (default {PAPER.river}, the paper's)"
-    )
-    p.add_argument(
-        "--min-layer",
-        type=int,
-        default=PAPER.min_layer,
-        metavar="N",
-        help=f"with --tau: at least N backbone layers ({PAPER.min_layer})",
-    )
+    add_paper_river_arguments(p)
     p.add_argument(
         "--ladder",
         nargs="+",

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import add_speculative_arguments, check_output_folder, choices, model_path, speculative
-from river_cpp.presets import PAPER
+from river_cpp.cli._common import (
+    add_paper_river_arguments,
+    add_speculative_arguments,
+    check_output_folder,
+    choices,
+    model_path,
+    speculative,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,16 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="policy files from `river-cpp calibrate`, each a River configuration named after its file",
     )
-    p.add_argument(
-        "--river", default=PAPER.river, metavar="TYPE", help=f"river type (default {PAPER.river}, the paper's)"
-    )
-    p.add_argument(
-        "--min-layer",
-        type=int,
-        default=PAPER.min_layer,
-        metavar="N",
-        help=f"with --tau: at least N backbone layers ({PAPER.min_layer})",
-    )
+    add_paper_river_arguments(p)
     p.add_argument(
         "--peers",
         nargs="+",
