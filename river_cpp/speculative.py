@@ -136,9 +136,8 @@ class _ModelDraft:
     def begin(self, history: Sequence[int]) -> None:
         """Bring the draft's cache to the prompt (all of `history` but its last token,
         reusing what it holds) with the target's prefill, not inside the first round."""
-        self.model.rewind(self.model.cached_prefix(history, route="backbone"))
-        if self.model.n_past < len(history) - 1:
-            self.model.forward(history[self.model.n_past : -1], last_only=True, route="backbone")
+        if len(history) > 1:
+            prefill(self.model, history[:-1], route="backbone")
 
     def end(self) -> None:
         pass
