@@ -287,16 +287,26 @@ class RiverModel:
             self.engine.rewind(int(n_past))
             del self._cached_ids[n_past:], self._cached_depths[n_past:]
 
+    def _uses_exit(self, route: str, n_ids: int) -> bool:
+        """Whether a forward of n_ids tokens on `route` follows the exit policy (else it
+        runs the full backbone): "auto" is a prompt for several tokens, a decode step for
+        one; prefill="backbone" keeps the prompt's KV full precision."""
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if route == "auto":
+            route = "prompt" if n_ids > 1 else "decode"
+        return route == "decode" or (route == "prompt" and self.prefill != "backbone")
+
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
         """How many leading `ids` the cache holds as a cold forward of them on `route`
         computes them (the prompt cache), at most len(ids) - 1.
 
         Only positions computed by the full backbone qualify, and only when the
-        route runs the full backbone ("backbone"; "prompt" with prefill="backbone" or
-        no exit): a prompt that exits leaves at a depth chosen for the whole batch.
+        route runs the full backbone (or the policy never exits): a prompt that exits
+        leaves at a depth chosen for the whole batch.
         """
         exits = any(t != float("inf") for t in self.policy.resolve(self.n_layer))
-        if route not in ("prompt", "backbone") or (route == "prompt" and self.prefill != "backbone" and exits):
+        if self._uses_exit(route, len(ids)) and exits:
             return 0
         n = 0
         for token, cached, depth in zip(ids[:-1], self._cached_ids, self._cached_depths):
@@ -320,12 +330,7 @@ class RiverModel:
             raise ValueError("ids must be a non-empty 1-D sequence of token ids")
         if not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
-        if route not in ROUTES:
-            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-        if route == "auto":
-            route = "prompt" if ids.size > 1 else "decode"
-        # prefill="backbone" keeps the prompt's KV full precision.
-        use_exit = route == "decode" or (route == "prompt" and self.prefill != "backbone")
+        use_exit = self._uses_exit(route, ids.size)
         with self._lock:
             if self.n_past + ids.size > self.n_ctx:
                 raise ValueError(
