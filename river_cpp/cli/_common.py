@@ -65,6 +65,19 @@ def add_paper_river_arguments(p: argparse.ArgumentParser, *, allow_none: bool = 
     )
 
 
+def add_signal_taus_argument(p: argparse.ArgumentParser) -> None:
+    """--signal-taus: the update_norm variant's thresholds, the same in eval and bench so
+    that every eval row gets a speed."""
+    p.add_argument(
+        "--signal-taus",
+        type=float,
+        nargs="+",
+        default=[0.75, 0.8, 0.85],
+        metavar="TAU",
+        help="thresholds of the update_norm variant: 1 - |h_l - h_l-1| / |h_l-1| (default 0.75 0.8 0.85)",
+    )
+
+
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     """--speculative, --draft-max and --draft-p-min (generate, eval, humaneval)."""
     from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN

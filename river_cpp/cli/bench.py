@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.cli._common import add_paper_river_arguments, choices, model_path, n_layer
+from river_cpp.cli._common import add_paper_river_arguments, add_signal_taus_argument, choices, model_path, n_layer
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,14 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="also the configurations `river-cpp eval` adds: update_norm backbone_prompt river_types head, "
         "or all (default none), so that every eval row gets a speed",
     )
-    p.add_argument(
-        "--signal-taus",
-        type=float,
-        nargs="+",
-        default=[0.75, 0.8, 0.85],
-        metavar="TAU",
-        help="with --variants update_norm: its thresholds (default 0.75 0.8 0.85, as eval)",
-    )
+    add_signal_taus_argument(p)
     p.add_argument(
         "--peers",
         nargs="+",

@@ -7,6 +7,7 @@ import sys
 
 from river_cpp.cli._common import (
     add_paper_river_arguments,
+    add_signal_taus_argument,
     add_speculative_arguments,
     choices,
     model_path,
@@ -34,14 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="TAU",
         help="River thresholds, cosine signal (default 0.95 0.97 0.98 0.99)",
     )
-    p.add_argument(
-        "--signal-taus",
-        type=float,
-        nargs="+",
-        default=[0.75, 0.8, 0.85],
-        metavar="TAU",
-        help="thresholds of the update_norm variant: 1 - |h_l - h_l-1| / |h_l-1| (default 0.75 0.8 0.85)",
-    )
+    add_signal_taus_argument(p)
     p.add_argument(
         "--variant-tau",
         type=float,
