@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "devices.h"
 #include "engine.h"
 #include "river_build.h"
 
@@ -79,6 +80,63 @@ void build_river(const river::Engine & engine, const std::vector<std::string> & 
     river::build_river(engine.backbone_file(), engine.hparams(), spec, out_path, n_threads, report);
 }
 
+void engine_place(river::Engine & engine, std::vector<std::string> backbone_layers,
+                  std::vector<std::string> river_layers, const std::string & backbone_head,
+                  const std::string & river_head, const std::string & kv_cache) {
+    river::Placement placement;
+    placement.backbone_layers = std::move(backbone_layers);
+    placement.river_layers = std::move(river_layers);
+    placement.backbone_head = backbone_head;
+    placement.river_head = river_head;
+    placement.kv_cache = kv_cache;
+    py::gil_scoped_release release;
+    engine.place(placement);
+}
+
+py::dict placement_dict(const river::Placement & p) {
+    py::dict d;
+    d["backbone_layers"] = p.backbone_layers;
+    d["river_layers"] = p.river_layers;
+    d["backbone_head"] = p.backbone_head;
+    d["river_head"] = p.river_head;
+    d["kv_cache"] = p.kv_cache;
+    return d;
+}
+
+py::dict sizes_dict(const river::PlacementSizes & s) {
+    py::dict d;
+    d["backbone_layers"] = s.backbone_layers;
+    d["river_layers"] = s.river_layers;
+    d["backbone_head"] = s.backbone_head;
+    d["river_head"] = s.river_head;
+    d["kv_cache"] = s.kv_cache;
+    return d;
+}
+
+py::dict graph_stats_dict(const river::GraphStats & s) {
+    py::dict d;
+    d["builds"] = s.builds;
+    d["reuses"] = s.reuses;
+    d["build_seconds"] = s.build_seconds;
+    d["compute_seconds"] = s.compute_seconds;
+    return d;
+}
+
+py::list devices_list() {
+    py::list out;
+    for (const river::DeviceInfo & info : river::list_devices()) {
+        py::dict d;
+        d["name"] = info.name;
+        d["description"] = info.description;
+        d["type"] = info.type;
+        d["memory_free"] = info.memory_free;
+        d["memory_total"] = info.memory_total;
+        d["host_ptr_buffers"] = info.host_ptr_buffers;
+        out.append(d);
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -139,6 +197,16 @@ PYBIND11_MODULE(_core, m) {
                                    const auto & values = e.last_similarities();
                                    return py::array_t<float>(static_cast<py::ssize_t>(values.size()), values.data());
                                })
+        .def("place", &engine_place, py::arg("backbone_layers"), py::arg("river_layers"), py::arg("backbone_head"),
+             py::arg("river_head"), py::arg("kv_cache"),
+             "Put weights and cache on the named devices ('CPU': the host); once, before the first forward.")
+        .def_property_readonly("placed", &river::Engine::placed)
+        .def_property_readonly("placement", [](const river::Engine & e) { return placement_dict(e.placement()); })
+        .def("placement_sizes", [](const river::Engine & e) { return sizes_dict(e.placement_sizes()); })
+        .def("placed_bytes", &river::Engine::placed_bytes)
+        .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })
+        .def("reset_graph_stats", &river::Engine::reset_graph_stats)
+        .def_property("reuse_graphs", &river::Engine::reuse_graphs, &river::Engine::set_reuse_graphs)
         .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
         .def("rewind", &river::Engine::rewind, py::arg("n_past"))
         .def("reset", &river::Engine::reset)
@@ -155,6 +223,17 @@ PYBIND11_MODULE(_core, m) {
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");
     bind_gguf(m);
+    m.def("devices", &devices_list, "The devices ggml offers: offloading ones first, the CPU last.");
+    m.def("has_rpc", &river::has_rpc, "Whether this ggml has the RPC backend.");
+    m.def("add_rpc_server", &river::add_rpc_server, py::arg("endpoint"),
+          "Add the devices of the RPC server at host:port (the caller checks that it answers).");
+    m.def(
+        "serve_rpc",
+        [](const std::string & endpoint, int n_threads) {
+            py::gil_scoped_release release;
+            river::serve_rpc(endpoint, n_threads);
+        },
+        py::arg("endpoint"), py::arg("n_threads"), "Serve this machine's CPU to RPC clients; does not return.");
     m.def(
         "river_type_name",
         [](const std::string & name) { return std::string(ggml_type_name(river::river_type_from_name(name))); },

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "ggml-alloc.h"
+#include "offload.h"
 
 namespace river {
 
@@ -20,23 +21,9 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_buffer_types(ggml_backend_dev_
     return types;
 }
 
-// Asks the CPU device whether it multiplies `w` from a buffer of type `buft`: the
-// device answers for the op, so we show it the op with a weight in such a buffer.
-bool supports_matmul_from(ggml_backend_dev_t cpu, ggml_backend_buffer_type_t buft, const ggml_tensor * w) {
-    ggml_init_params params{ggml_tensor_overhead() * 4, nullptr, true};
-    ggml_context * ctx = ggml_init(params);
-    ggml_tensor * weight = ggml_new_tensor(ctx, w->type, ggml_n_dims(w), w->ne);
-    ggml_tensor * input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 1);
-    ggml_tensor * op = ggml_mul_mat(ctx, weight, input);
-    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
-    weight->buffer = probe;
-    const bool ok = probe && ggml_backend_dev_supports_op(cpu, op);
-    weight->buffer = nullptr;
-    if (probe) {
-        ggml_backend_buffer_free(probe);
-    }
-    ggml_free(ctx);
-    return ok;
+// Mapped weights only: a tensor placed on another device is that device's business.
+bool on_host(ggml_backend_dev_t cpu, const ggml_tensor * t) {
+    return t->buffer && ggml_backend_buft_get_device(ggml_backend_buffer_get_type(t->buffer)) == cpu;
 }
 
 }  // namespace
@@ -60,8 +47,11 @@ void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors) {
 
     std::map<ggml_backend_buffer_type_t, std::vector<std::pair<ggml_tensor **, ggml_tensor *>>> placed;
     for (ggml_tensor ** slot : tensors) {
+        if (!on_host(cpu, *slot)) {
+            continue;
+        }
         for (ggml_backend_buffer_type_t buft : extra) {
-            if (supports_matmul_from(cpu, buft, *slot)) {
+            if (device_multiplies(cpu, buft, *slot)) {
                 ggml_tensor * copy = ggml_dup_tensor(ctx_, *slot);
                 ggml_set_name(copy, (*slot)->name);
                 placed[buft].push_back({slot, copy});

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <chrono>
+#include <set>
 
 #include "common.h"
 #include "ggml-cpu.h"
@@ -12,11 +14,13 @@ namespace river {
 
 namespace {
 
-constexpr size_t k_max_graph_nodes = 8192;
-
-struct ContextDeleter {
-    void operator()(ggml_context * c) const { ggml_free(c); }
-};
+// Attention reads the cache in multiples of this many positions (the mask hides
+// the rest), so consecutive decode steps share one graph shape.
+constexpr int64_t k_kv_padding = 256;
+// Graphs of at most this many tokens are kept for reuse (decode and verify
+// batches); longer ones (prompts) are built for the one use.
+constexpr int64_t k_max_kept_tokens = 32;
+constexpr size_t k_max_kept_graphs = 64;
 
 // Copies host data into a graph input. An input that no node of this graph reads
 // (the sliding-window mask of a segment of global layers) was never allocated.
@@ -24,6 +28,26 @@ void set_input(ggml_tensor * input, const void * data) {
     if (input && input->buffer) {
         ggml_backend_tensor_set(input, data, 0, ggml_nbytes(input));
     }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+size_t bytes_of(std::initializer_list<const ggml_tensor *> tensors) {
+    size_t n = 0;
+    for (const ggml_tensor * t : tensors) {
+        n += t ? ggml_nbytes(t) : 0;
+    }
+    return n;
+}
+
+size_t layer_bytes(LayerWeights layer) {
+    size_t n = 0;
+    for (ggml_tensor ** t : tensor_slots(layer)) {
+        n += *t ? ggml_nbytes(*t) : 0;
+    }
+    return n;
 }
 
 }  // namespace
@@ -37,38 +61,32 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     if (params.n_batch <= 0) {
         throw Error("n_batch must be positive, got " + std::to_string(params.n_batch));
     }
+    load_backends();
     file_ = std::make_unique<GgufFile>(model_path, params.use_mmap);
     hp_ = read_hparams(*file_);
     backbone_ = map_weights(*file_, hp_, weight_buffer_);
-    backbone_repacked_.repack(matrix_slots(backbone_.layers, backbone_.output));
     exit_.thresholds.assign(hp_.n_layer, std::numeric_limits<float>::infinity());
 
-    backend_ = ggml_backend_cpu_init();
-    if (!backend_) {
+    cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    if (!cpu_backend_) {
         throw Error("cannot initialise the ggml CPU backend");
     }
     set_n_threads(params.n_threads);
-    kv_ = std::make_unique<KvCache>(hp_, params.n_ctx, backend_);
-
-    ggml_init_params state_params{ggml_tensor_overhead(), nullptr, true};
-    state_ctx_ = ggml_init(state_params);
-    state_ = ggml_new_tensor_2d(state_ctx_, GGML_TYPE_F32, hp_.n_embd, params.n_batch);
-    ggml_set_name(state_, "residual_state");
-    state_buffer_.reset(ggml_backend_alloc_ctx_tensors(state_ctx_, backend_));
-
-    galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
-    graph_meta_.resize(ggml_tensor_overhead() * k_max_graph_nodes +
-                       ggml_graph_overhead_custom(k_max_graph_nodes, false));
     log(LogLevel::info, "loaded " + hp_.arch + " model: " + std::to_string(hp_.n_layer) + " layers, n_embd " +
                             std::to_string(hp_.n_embd) + ", n_vocab " + std::to_string(hp_.n_vocab));
 }
 
 Engine::~Engine() {
-    ggml_gallocr_free(galloc_);
+    graphs_.reset();
     state_buffer_.reset();
-    ggml_free(state_ctx_);
+    if (state_ctx_) {
+        ggml_free(state_ctx_);
+    }
     kv_.reset();
-    ggml_backend_free(backend_);
+    for (ggml_backend_t backend : device_backends_) {
+        ggml_backend_free(backend);
+    }
+    ggml_backend_free(cpu_backend_);
 }
 
 void Engine::set_n_threads(int n_threads) {
@@ -76,19 +94,130 @@ void Engine::set_n_threads(int n_threads) {
         throw Error("n_threads must be positive, got " + std::to_string(n_threads));
     }
     n_threads_ = n_threads;
-    ggml_backend_cpu_set_n_threads(backend_, n_threads);
+    ggml_backend_cpu_set_n_threads(cpu_backend_, n_threads);
 }
 
 void Engine::load_river(const std::string & river_path) {
+    if (placed()) {
+        throw Error("load the river before the model is placed on its devices (before the first forward)");
+    }
     auto file = std::make_unique<GgufFile>(river_path, params_.use_mmap);
     BufferPtr buffer;
     RiverWeights weights = map_river_weights(*file, *file_, hp_, backbone_, buffer);
-    auto repacked = std::make_unique<RepackedTensors>();
-    repacked->repack(matrix_slots(weights.layers, weights.output));
     river_ = std::move(weights);
-    river_repacked_ = std::move(repacked);
     river_buffer_ = std::move(buffer);
     river_file_ = std::move(file);
+}
+
+PlacementSizes Engine::placement_sizes() const {
+    PlacementSizes sizes;
+    for (const LayerWeights & layer : backbone_.layers) {
+        sizes.backbone_layers.push_back(layer_bytes(layer));
+    }
+    for (const LayerWeights & layer : river_.layers) {
+        size_t n = 0;
+        for (const MatrixSlot & slot : k_layer_matrices) {
+            n += ggml_nbytes(layer.*slot.member);
+        }
+        sizes.river_layers.push_back(n);
+    }
+    sizes.backbone_head = bytes_of({backbone_.output, backbone_.output_norm});
+    sizes.river_head = bytes_of({river_.output});
+    sizes.kv_cache = 2 * static_cast<size_t>(hp_.n_layer) * static_cast<size_t>(params_.n_ctx) *
+                     static_cast<size_t>(hp_.n_embd_kv()) * sizeof(ggml_fp16_t);
+    return sizes;
+}
+
+void Engine::place(const Placement & placement) {
+    if (placed()) {
+        throw Error("the model is already placed on its devices");
+    }
+    const size_t n_layer = static_cast<size_t>(hp_.n_layer);
+    if (placement.backbone_layers.size() != n_layer ||
+        placement.river_layers.size() != (has_river() ? n_layer : 0)) {
+        throw Error("a placement names a device for each of the " + std::to_string(n_layer) +
+                    " layers of the backbone" + (has_river() ? " and of the river" : ""));
+    }
+    // the devices named, in the order of the scheduler's preference: offloading
+    // devices before the CPU
+    std::vector<std::string> names = placement.backbone_layers;
+    names.insert(names.end(), placement.river_layers.begin(), placement.river_layers.end());
+    names.insert(names.end(), {placement.backbone_head, placement.river_head, placement.kv_cache});
+    std::vector<ggml_backend_dev_t> devices;
+    for (const std::string & name : names) {
+        ggml_backend_dev_t dev = placement_device(name);
+        if (dev && std::find(devices.begin(), devices.end(), dev) == devices.end()) {
+            devices.push_back(dev);
+        }
+    }
+
+    // weights: device copies first, then what stays on the host is repacked
+    size_t n_tensors = 0;
+    for (const GgufFile * f : {file_.get(), river_file_.get()}) {
+        n_tensors += f ? f->header().tensors.size() : 0;
+    }
+    auto copies = std::make_unique<DeviceWeights>(2 * n_tensors);
+    place_layers(*copies, backbone_.layers, placement.backbone_layers);
+    place_layers(*copies, river_.layers, placement.river_layers);
+    ggml_backend_dev_t head_dev = placement_device(placement.backbone_head);
+    backbone_.output = copies->on(head_dev, backbone_.output);
+    backbone_.output_norm = copies->on(head_dev, backbone_.output_norm);
+    river_.output = copies->on(placement_device(placement.river_head), river_.output);
+    copies->upload();
+    std::vector<ggml_tensor **> matrices = matrix_slots(backbone_.layers, backbone_.output);
+    if (has_river()) {
+        const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
+        matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
+    }
+    repacked_.repack(matrices);
+    device_weights_ = std::move(copies);
+
+    for (ggml_backend_dev_t dev : devices) {
+        ggml_backend_t backend = ggml_backend_dev_init(dev, nullptr);
+        if (!backend) {
+            throw Error(std::string("cannot initialise the backend of ") + ggml_backend_dev_name(dev));
+        }
+        device_backends_.push_back(backend);
+    }
+    ggml_backend_dev_t kv_dev = placement_device(placement.kv_cache);
+    kv_ = std::make_unique<KvCache>(hp_, params_.n_ctx,
+                                    kv_dev ? ggml_backend_dev_buffer_type(kv_dev)
+                                           : ggml_backend_get_default_buffer_type(cpu_backend_));
+
+    ggml_init_params state_params{ggml_tensor_overhead(), nullptr, true};
+    state_ctx_ = ggml_init(state_params);
+    state_ = ggml_new_tensor_2d(state_ctx_, GGML_TYPE_F32, hp_.n_embd, params_.n_batch);
+    ggml_set_name(state_, "residual_state");
+    state_buffer_.reset(ggml_backend_alloc_ctx_tensors(state_ctx_, cpu_backend_));
+
+    std::vector<ggml_backend_t> backends = device_backends_;
+    backends.push_back(cpu_backend_);
+    graphs_ = std::make_unique<GraphCache>(backends, k_max_kept_graphs);
+    placement_ = placement;
+}
+
+std::map<std::string, size_t> Engine::placed_bytes() const {
+    std::map<std::string, size_t> bytes = device_weights_ ? device_weights_->bytes_by_device()
+                                                          : std::map<std::string, size_t>{};
+    if (kv_) {
+        bytes[placement_.kv_cache] += kv_->n_bytes();
+    }
+    return bytes;
+}
+
+void Engine::rewind(int64_t n_past) {
+    if (kv_) {
+        kv_->rewind(n_past);
+    } else if (n_past != 0) {
+        throw Error("cannot rewind the KV cache to " + std::to_string(n_past) + " (it holds 0 positions)");
+    }
+}
+
+void Engine::set_reuse_graphs(bool reuse) {
+    params_.reuse_graphs = reuse;
+    if (graphs_) {
+        graphs_->clear();
+    }
 }
 
 void Engine::check_files() const {
@@ -132,6 +261,12 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool us
         }
     }
     check_files();
+    if (!placed()) {
+        Placement host;
+        host.backbone_layers.assign(hp_.n_layer, k_host_device);
+        host.river_layers.assign(has_river() ? hp_.n_layer : 0, k_host_device);
+        place(host);
+    }
     last_exit_layers_.clear();
     const int64_t n_past_before = n_past();
     try {
@@ -194,27 +329,7 @@ int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_o
         return n_layer;
     };
 
-    BatchData batch{ids, std::vector<int32_t>(n_tokens), {}};
-    const int64_t n_past = kv_->n_past(), n_kv = n_past + n_tokens;
-    const float masked = -std::numeric_limits<float>::infinity();
-    batch.kq_mask.resize(n_kv * n_tokens);
-    for (int64_t i = 0; i < n_tokens; ++i) {
-        batch.positions[i] = static_cast<int32_t>(n_past + i);
-        // token i (position n_past + i) sees cache positions 0 .. n_past + i
-        for (int64_t j = 0; j < n_kv; ++j) {
-            batch.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : masked;
-        }
-    }
-    if (hp_.has_swa()) {
-        // and in sliding-window layers only the last n_swa of them, itself included
-        batch.kq_mask_swa = batch.kq_mask;
-        for (int64_t i = 0; i < n_tokens; ++i) {
-            for (int64_t j = 0; j <= n_past + i - hp_.n_swa; ++j) {
-                batch.kq_mask_swa[i * n_kv + j] = masked;
-            }
-        }
-    }
-
+    const BatchData batch = batch_data(ids, n_tokens);
     int64_t done = 0;   // backbone layers this batch has run
     last_similarities_.assign(n_layer, std::numeric_limits<float>::quiet_NaN());
     if (depth_limit > 0 && exit_.thresholds[0] < 1.0f) {
@@ -247,22 +362,52 @@ ggml_tensor * Engine::state_view(ggml_context * ctx, int64_t n_tokens) const {
     return ggml_view_2d(ctx, state_, hp_.n_embd, n_tokens, state_->nb[1], 0);
 }
 
-float Engine::run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits) {
-    const int64_t n_tokens = batch.n_tokens(), n_past = kv_->n_past(), n_kv = n_past + n_tokens;
-    const bool has_head = seg.end_layer == hp_.n_layer;
+Engine::BatchData Engine::batch_data(const int32_t * ids, int64_t n_tokens) const {
+    const int64_t n_past = kv_->n_past(), n_ctx = kv_->n_ctx();
+    BatchData batch{ids, std::min(GGML_PAD(n_past + n_tokens, k_kv_padding), n_ctx), {}, {}, {}, {}, {}};
+    const int64_t n_kv = batch.n_kv;
+    const float masked = -std::numeric_limits<float>::infinity();
+    batch.positions.resize(n_tokens);
+    batch.kq_mask.resize(n_kv * n_tokens);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+        batch.positions[i] = static_cast<int32_t>(n_past + i);
+        // token i (position n_past + i) sees cache positions 0 .. n_past + i
+        for (int64_t j = 0; j < n_kv; ++j) {
+            batch.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : masked;
+        }
+    }
+    if (hp_.has_swa()) {
+        // and in sliding-window layers only the last n_swa of them, itself included
+        batch.kq_mask_swa = batch.kq_mask;
+        for (int64_t i = 0; i < n_tokens; ++i) {
+            for (int64_t j = 0; j <= n_past + i - hp_.n_swa; ++j) {
+                batch.kq_mask_swa[i * n_kv + j] = masked;
+            }
+        }
+    }
+    const int64_t n_embd_kv = hp_.n_embd_kv();
+    batch.k_rows.resize(n_tokens);
+    batch.v_rows.resize(n_embd_kv * n_tokens);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        batch.k_rows[t] = n_past + t;
+        for (int64_t c = 0; c < n_embd_kv; ++c) {
+            batch.v_rows[t * n_embd_kv + c] = c * n_ctx + n_past + t;
+        }
+    }
+    return batch;
+}
 
-    ggml_init_params params{graph_meta_.size(), graph_meta_.data(), true};
-    std::unique_ptr<ggml_context, ContextDeleter> owner(ggml_init(params));
-    ggml_context * ctx = owner.get();
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, k_max_graph_nodes, false);
-
-    BatchInputs in;
-    in.n_tokens = n_tokens;
-    in.n_past = n_past;
+void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * ctx, ggml_cgraph * gf,
+                           ComputeGraph & out) {
+    const int64_t n_tokens = out.in.n_tokens, n_kv = out.in.n_kv;
+    BatchInputs & in = out.in;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n_tokens);
-    ggml_set_input(in.positions);
-    ggml_set_input(in.kq_mask);
+    in.k_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_tokens);
+    in.v_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, hp_.n_embd_kv() * n_tokens);
+    for (ggml_tensor * t : {in.positions, in.kq_mask, in.k_rows, in.v_rows}) {
+        ggml_set_input(t);
+    }
     if (hp_.has_swa()) {
         in.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n_tokens);
         ggml_set_input(in.kq_mask_swa);
@@ -270,12 +415,11 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
 
     // [n_embd, n_tokens]
-    ggml_tensor * tokens = nullptr;
     ggml_tensor * inpL = nullptr;
     if (seg.first_layer == 0) {
-        tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
-        ggml_set_input(tokens);
-        inpL = ggml_get_rows(ctx, backbone_.tok_embd, tokens);
+        out.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
+        ggml_set_input(out.tokens);
+        inpL = ggml_get_rows(ctx, backbone_.tok_embd, out.tokens);
         if (hp_.embd_scale != 1.0f) {
             inpL = ggml_scale(ctx, inpL, hp_.embd_scale);
         }
@@ -288,49 +432,80 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
         inpL = build_layer(g, layer_weights(il, seg.exit_depth), il, inpL);
     }
 
-    ggml_tensor * similarity = nullptr;
     if (seg.similarity) {
-        similarity = build_state_similarity(ctx, exit_.signal, block_input, inpL);
-        ggml_set_output(similarity);
-        ggml_build_forward_expand(gf, similarity);
+        out.similarity = build_state_similarity(ctx, exit_.signal, block_input, inpL);
+        ggml_set_output(out.similarity);
+        ggml_build_forward_expand(gf, out.similarity);
     }
-    ggml_tensor * result = nullptr;
-    if (has_head) {
+    if (seg.end_layer == hp_.n_layer) {
         if (last_only) {
             // [n_embd, 1]: only the last position needs the (large) head
             inpL = ggml_view_2d(ctx, inpL, hp_.n_embd, 1, inpL->nb[1], inpL->nb[1] * (n_tokens - 1));
         }
-        result = build_head(g, backbone_.output_norm, head_weights(seg.exit_depth), inpL);
-        ggml_set_output(result);
-        ggml_build_forward_expand(gf, result);
+        out.result = build_head(g, backbone_.output_norm, head_weights(seg.exit_depth), inpL);
+        ggml_set_output(out.result);
+        ggml_build_forward_expand(gf, out.result);
     } else {
         ggml_build_forward_expand(gf, ggml_cpy(ctx, inpL, state_view(ctx, n_tokens)));
     }
+}
 
-    if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
-        throw Error("cannot allocate the compute graph");
+float Engine::run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits) {
+    const int64_t n_tokens = batch.n_tokens();
+    const bool has_head = seg.end_layer == hp_.n_layer;
+    GraphKey key;
+    key.first_layer = seg.first_layer;
+    key.end_layer = seg.end_layer;
+    key.exit_depth = seg.exit_depth;
+    key.tail_layers = exit_.tail_layers;
+    key.river_head = exit_.river_head;
+    key.similarity = seg.similarity;
+    key.signal = static_cast<int>(exit_.signal);
+    key.last_only = has_head && last_only;
+    key.n_tokens = n_tokens;
+    key.n_kv = batch.n_kv;
+
+    const auto start = std::chrono::steady_clock::now();
+    bool built = false;
+    ComputeGraph & graph = graphs_->get(
+        key,
+        [&](ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out) {
+            out.in.n_tokens = n_tokens;
+            out.in.n_kv = batch.n_kv;
+            build_segment(seg, key.last_only, ctx, gf, out);
+        },
+        params_.reuse_graphs && n_tokens <= k_max_kept_tokens, built);
+    const auto computing = std::chrono::steady_clock::now();
+    if (built) {
+        stats_.builds += 1;
+        stats_.build_seconds += seconds_since(start);
+    } else {
+        stats_.reuses += 1;
     }
-    set_input(tokens, batch.ids);
-    set_input(in.positions, batch.positions.data());
-    set_input(in.kq_mask, batch.kq_mask.data());
-    set_input(in.kq_mask_swa, batch.kq_mask_swa.data());
 
-    if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) {
+    set_input(graph.tokens, batch.ids);
+    set_input(graph.in.positions, batch.positions.data());
+    set_input(graph.in.kq_mask, batch.kq_mask.data());
+    set_input(graph.in.kq_mask_swa, batch.kq_mask_swa.data());
+    set_input(graph.in.k_rows, batch.k_rows.data());
+    set_input(graph.in.v_rows, batch.v_rows.data());
+    if (ggml_backend_sched_graph_compute(graph.sched, graph.gf) != GGML_STATUS_SUCCESS) {
         throw Error("graph computation failed");
     }
     if (has_head) {
         kv_->advance(n_tokens);
         if (logits) {
-            ggml_backend_tensor_get(result, logits, 0, ggml_nbytes(result));
+            ggml_backend_tensor_get(graph.result, logits, 0, ggml_nbytes(graph.result));
             check_logits(logits, last_only ? 1 : n_tokens, seg.exit_depth);
         }
     }
     float min_similarity = std::numeric_limits<float>::infinity();
-    if (similarity) {
+    if (graph.similarity) {
         std::vector<float> values(n_tokens);
-        ggml_backend_tensor_get(similarity, values.data(), 0, ggml_nbytes(similarity));
+        ggml_backend_tensor_get(graph.similarity, values.data(), 0, ggml_nbytes(graph.similarity));
         min_similarity = *std::min_element(values.begin(), values.end());
     }
+    stats_.compute_seconds += seconds_since(computing);
     return min_similarity;
 }
 

@@ -1,21 +1,23 @@
-// The forward loop: batches of tokens through embedding, blocks and head, on one
-// backend, against one KV cache shared by the backbone and the river. Decides each
-// batch's route from the exit thresholds; does not sample, tokenize or choose the
-// thresholds (Python does).
+// The forward loop: batches of tokens through embedding, blocks and head, on ggml's
+// scheduler over the devices the placement names, against one KV cache shared by the
+// backbone and the river. Decides each batch's route from the exit thresholds; does
+// not sample, tokenize, choose the thresholds or plan the placement (Python does).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cpu_layout.h"
-#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "gguf_file.h"
 #include "graph.h"
+#include "graph_cache.h"
 #include "hparams.h"
 #include "kv_cache.h"
+#include "offload.h"
 #include "weights.h"
 
 namespace river {
@@ -25,6 +27,24 @@ struct EngineParams {
     int64_t n_batch = 512;   // most positions one graph processes; longer inputs are split
     int n_threads = 1;
     bool use_mmap = true;    // map the backbone and river files; false: read them into memory
+    bool reuse_graphs = true;   // keep decode graphs for later steps; false: build every graph afresh
+};
+
+// Where time goes per graph: building and allocating it vs computing it.
+struct GraphStats {
+    int64_t builds = 0;
+    int64_t reuses = 0;
+    double build_seconds = 0;     // graph construction, scheduling and allocation
+    double compute_seconds = 0;   // inputs set, computed, outputs read
+};
+
+// The bytes a placement plan weighs: what each placeable part would occupy.
+struct PlacementSizes {
+    std::vector<size_t> backbone_layers;
+    std::vector<size_t> river_layers;   // the river's own matrices; its norms are the backbone's
+    size_t backbone_head = 0;
+    size_t river_head = 0;
+    size_t kv_cache = 0;
 };
 
 // When and how tokens leave the backbone.
@@ -47,13 +67,24 @@ public:
 
     const HParams & hparams() const { return hp_; }
     const GgufFile & backbone_file() const { return *file_; }
-    int64_t n_ctx() const { return kv_->n_ctx(); }
-    int64_t n_past() const { return kv_->n_past(); }
+    int64_t n_ctx() const { return params_.n_ctx; }
+    int64_t n_past() const { return kv_ ? kv_->n_past() : 0; }
     int n_threads() const { return n_threads_; }
     void set_n_threads(int n_threads);
 
+    // Before place(): the river's layers are placed with the backbone's.
     void load_river(const std::string & river_path);
     bool has_river() const { return river_file_ != nullptr; }
+
+    // Puts weights and cache where `placement` says, creates the devices' backends
+    // and the KV cache. Once, after load_river; forward places everything on the host
+    // if it was not called.
+    void place(const Placement & placement);
+    bool placed() const { return kv_ != nullptr; }
+    const Placement & placement() const { return placement_; }
+    PlacementSizes placement_sizes() const;
+    // Bytes of weights (and the cache) per device name, after place().
+    std::map<std::string, size_t> placed_bytes() const;
     // Throws when the backbone or river file changed on disk since it was mapped
     // (forward calls it first; a stat per file).
     void check_files() const;
@@ -75,8 +106,13 @@ public:
     // n_embd_kv: for tests and inspection.
     void read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const;
 
-    void rewind(int64_t n_past) { kv_->rewind(n_past); }
-    void reset() { kv_->rewind(0); }
+    void rewind(int64_t n_past);
+    void reset() { rewind(0); }
+
+    const GraphStats & graph_stats() const { return stats_; }
+    void reset_graph_stats() { stats_ = GraphStats{}; }
+    bool reuse_graphs() const { return params_.reuse_graphs; }
+    void set_reuse_graphs(bool reuse);
 
 private:
     // Layers [first_layer, end_layer) of one batch in one graph. Layers at or past
@@ -91,15 +127,20 @@ private:
     // Host copies of a batch's inputs: the same for every segment of it.
     struct BatchData {
         const int32_t * ids;
+        int64_t n_kv;                     // cache positions attention reads, padded
         std::vector<int32_t> positions;
         std::vector<float> kq_mask;       // [n_tokens][n_kv], 0 or -inf
         std::vector<float> kq_mask_swa;   // the same within the sliding window; empty without one
+        std::vector<int64_t> k_rows;      // see BatchInputs
+        std::vector<int64_t> v_rows;
         int64_t n_tokens() const { return static_cast<int64_t>(positions.size()); }
     };
 
     int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits);
+    BatchData batch_data(const int32_t * ids, int64_t n_tokens) const;
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
     float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
+    void build_segment(const Segment & seg, bool last_only, ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out);
     // Throws naming the weight set (by exit depth) when a row holds NaN or Inf.
     void check_logits(const float * logits, int64_t n_rows, int64_t exit_depth) const;
     // The residual stream carried between segments: [n_embd, n_tokens]
@@ -110,26 +151,28 @@ private:
     std::unique_ptr<GgufFile> file_;
     HParams hp_;
     BufferPtr weight_buffer_;
-    ModelWeights backbone_;
-    RepackedTensors backbone_repacked_;
+    ModelWeights backbone_;   // as mapped; after place(), the tensors it computes with
 
     std::unique_ptr<GgufFile> river_file_;
     BufferPtr river_buffer_;
     RiverWeights river_;
-    std::unique_ptr<RepackedTensors> river_repacked_;
     ExitConfig exit_;
     std::vector<int32_t> last_exit_layers_;
     std::vector<float> last_similarities_;
 
     EngineParams params_;
     int n_threads_ = 1;
-    ggml_backend_t backend_ = nullptr;
+    ggml_backend_t cpu_backend_ = nullptr;
+    Placement placement_;
+    std::unique_ptr<DeviceWeights> device_weights_;
+    RepackedTensors repacked_;
+    std::vector<ggml_backend_t> device_backends_;   // the placement's devices, not the CPU
     std::unique_ptr<KvCache> kv_;
     ggml_context * state_ctx_ = nullptr;
     BufferPtr state_buffer_;
     ggml_tensor * state_ = nullptr;   // residual stream between segments: [n_embd, n_batch]
-    ggml_gallocr_t galloc_ = nullptr;
-    std::vector<uint8_t> graph_meta_; // scratch for the tensor and graph structs of one graph
+    std::unique_ptr<GraphCache> graphs_;
+    GraphStats stats_;
 };
 
 }  // namespace river

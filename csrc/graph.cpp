@@ -40,20 +40,18 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
                               ggml_tensor * Vcur) {
     ggml_context * ctx = g.ctx;
     const HParams & hp = g.hp;
-    const int64_t n_tokens = g.in.n_tokens, n_past = g.in.n_past, n_kv = n_past + n_tokens;
+    const int64_t n_tokens = g.in.n_tokens, n_kv = g.in.n_kv;
     const int64_t n_embd_kv = hp.n_embd_kv(), head = hp.n_embd_head;
     ggml_tensor * cache_k = g.kv.k(il);
     ggml_tensor * cache_v = g.kv.v(il);
-    const size_t es_k = ggml_element_size(cache_k), es_v = ggml_element_size(cache_v);
+    const size_t es_k = ggml_element_size(cache_k);
 
-    // rows n_past .. n_past+n_tokens of K: [n_embd_kv * n_tokens]
-    ggml_tensor * k_slots =
-        ggml_view_1d(ctx, cache_k, n_tokens * n_embd_kv, ggml_row_size(cache_k->type, n_embd_kv) * n_past);
-    // columns n_past .. of the transposed V: [n_tokens, n_embd_kv]
-    ggml_tensor * v_slots = ggml_view_2d(ctx, cache_v, n_tokens, n_embd_kv, cache_v->nb[1], es_v * n_past);
-    ggml_build_forward_expand(g.gf, ggml_cpy(ctx, Kcur, k_slots));
+    // K rows by position; V, stored transposed, element by element: as a column of
+    // single values, element (c, t) of Vcur goes to c * n_ctx + position(t).
     ggml_build_forward_expand(
-        g.gf, ggml_cpy(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, Vcur, n_embd_kv, n_tokens)), v_slots));
+        g.gf, ggml_set_rows(ctx, cache_k, ggml_reshape_2d(ctx, Kcur, n_embd_kv, n_tokens), g.in.k_rows));
+    ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, cache_v, 1, ggml_nelements(cache_v)),
+                                                  ggml_reshape_2d(ctx, Vcur, 1, n_embd_kv * n_tokens), g.in.v_rows));
 
     // [head, n_kv, n_head_kv]
     ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1], es_k * head, 0);

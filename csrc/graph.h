@@ -10,13 +10,18 @@
 
 namespace river {
 
-// Inputs of one batch of consecutive positions [n_past, n_past + n_tokens).
+// Inputs of one batch of consecutive positions. A graph's shape depends only on
+// n_tokens and n_kv (the cache positions attention reads, padded so that many
+// consecutive batches share it): where the batch sits is data, so one graph serves
+// every batch of its shape.
 struct BatchInputs {
-    ggml_tensor * positions = nullptr;  // I32 [n_tokens]
-    ggml_tensor * kq_mask = nullptr;    // F32 [n_kv, n_tokens], 0 or -inf (causal)
+    ggml_tensor * positions = nullptr;    // I32 [n_tokens]
+    ggml_tensor * kq_mask = nullptr;      // F32 [n_kv, n_tokens], 0 or -inf (causal, and the padding)
     ggml_tensor * kq_mask_swa = nullptr;  // the same within the sliding window; nullptr without one
+    ggml_tensor * k_rows = nullptr;       // I64 [n_tokens]: the cache rows of K this batch writes
+    ggml_tensor * v_rows = nullptr;       // I64 [n_embd_kv * n_tokens]: the elements of transposed V it writes
     int64_t n_tokens = 0;
-    int64_t n_past = 0;
+    int64_t n_kv = 0;
 };
 
 struct GraphContext {

@@ -7,7 +7,7 @@
 
 namespace river {
 
-KvCache::KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_t backend) : n_ctx_(n_ctx) {
+KvCache::KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_buffer_type_t buft) : n_ctx_(n_ctx) {
     ggml_init_params params{ggml_tensor_overhead() * 2 * static_cast<size_t>(hp.n_layer), nullptr, true};
     ctx_ = ggml_init(params);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
@@ -18,10 +18,10 @@ KvCache::KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_t backend) : n_
         k_.push_back(k);
         v_.push_back(v);
     }
-    buffer_.reset(ggml_backend_alloc_ctx_tensors(ctx_, backend));
+    buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_, buft));
     if (!buffer_) {
         ggml_free(ctx_);
-        throw Error("cannot allocate the KV cache for n_ctx=" + std::to_string(n_ctx));
+        throw Error("cannot allocate the KV cache for n_ctx=" + std::to_string(n_ctx) + " in " + ggml_backend_buft_name(buft));
     }
     // Unwritten slots are masked out, but zeros keep them finite: 0 * NaN in the
     // V product would otherwise leak garbage into valid rows.
@@ -32,6 +32,8 @@ KvCache::~KvCache() {
     buffer_.reset();
     ggml_free(ctx_);
 }
+
+size_t KvCache::n_bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
 
 void KvCache::advance(int64_t n_tokens) {
     if (n_past_ + n_tokens > n_ctx_) {

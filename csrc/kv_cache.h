@@ -15,13 +15,15 @@ namespace river {
 
 class KvCache {
 public:
-    KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_t backend);
+    // In a buffer of type `buft`: the memory of the device that holds the cache.
+    KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_buffer_type_t buft);
     ~KvCache();
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
     int64_t n_ctx() const { return n_ctx_; }
     int64_t n_past() const { return n_past_; }
+    size_t n_bytes() const;
 
     // K of layer il, row per position:              [n_embd_kv, n_ctx]
     ggml_tensor * k(int64_t il) const { return k_[il]; }

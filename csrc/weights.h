@@ -61,6 +61,9 @@ struct RiverWeights {
     ggml_tensor * output = nullptr;
 };
 
+// The slots of every tensor of a block, absent ones (nullptr) included.
+std::vector<ggml_tensor **> tensor_slots(LayerWeights & layer);
+
 // The slots of every matrix a token multiplies with (blocks and LM head), so that
 // their tensors can be moved to a faster layout.
 std::vector<ggml_tensor **> matrix_slots(std::vector<LayerWeights> & layers, ggml_tensor *& output);

@@ -1,0 +1,107 @@
+#include "graph_cache.h"
+
+#include <algorithm>
+
+#include "common.h"
+
+namespace river {
+
+namespace {
+
+constexpr size_t k_max_graph_nodes = 8192;
+
+}  // namespace
+
+bool GraphKey::operator==(const GraphKey & o) const {
+    return first_layer == o.first_layer && end_layer == o.end_layer && exit_depth == o.exit_depth &&
+           tail_layers == o.tail_layers && river_head == o.river_head && similarity == o.similarity &&
+           signal == o.signal && last_only == o.last_only && n_tokens == o.n_tokens && n_kv == o.n_kv;
+}
+
+struct GraphCache::Slot {
+    GraphKey key;
+    bool valid = false;
+    uint64_t last_use = 0;
+    std::vector<uint8_t> meta;   // the tensor and graph structs of the graph
+    ggml_context * ctx = nullptr;
+    ComputeGraph graph;
+
+    ~Slot() {
+        if (graph.sched) {
+            ggml_backend_sched_free(graph.sched);
+        }
+        if (ctx) {
+            ggml_free(ctx);
+        }
+    }
+};
+
+GraphCache::GraphCache(std::vector<ggml_backend_t> backends, size_t capacity)
+    : backends_(std::move(backends)), capacity_(capacity) {}
+
+GraphCache::~GraphCache() = default;
+
+void GraphCache::clear() {
+    slots_.clear();
+    scratch_.reset();
+}
+
+void GraphCache::build_into(Slot & slot, const GraphKey & key, const BuildFn & build) {
+    slot.valid = false;
+    if (!slot.graph.sched) {
+        slot.graph.sched = ggml_backend_sched_new(backends_.data(), nullptr, static_cast<int>(backends_.size()),
+                                                  k_max_graph_nodes, /*parallel*/ false, /*op_offload*/ false);
+        slot.meta.resize(ggml_tensor_overhead() * k_max_graph_nodes +
+                         ggml_graph_overhead_custom(k_max_graph_nodes, false));
+    }
+    ggml_backend_sched_reset(slot.graph.sched);
+    if (slot.ctx) {
+        ggml_free(slot.ctx);
+    }
+    ggml_init_params params{slot.meta.size(), slot.meta.data(), true};
+    slot.ctx = ggml_init(params);
+    ggml_backend_sched_t sched = slot.graph.sched;
+    slot.graph = ComputeGraph{};
+    slot.graph.sched = sched;
+    slot.graph.gf = ggml_new_graph_custom(slot.ctx, k_max_graph_nodes, false);
+    build(slot.ctx, slot.graph.gf, slot.graph);
+    if (!ggml_backend_sched_alloc_graph(sched, slot.graph.gf)) {
+        throw Error("cannot allocate the compute graph");
+    }
+    slot.key = key;
+    slot.valid = true;
+}
+
+ComputeGraph & GraphCache::get(const GraphKey & key, const BuildFn & build, bool keep, bool & built) {
+    ++clock_;
+    built = false;
+    if (!keep) {
+        if (!scratch_) {
+            scratch_ = std::make_unique<Slot>();
+        }
+        build_into(*scratch_, key, build);
+        built = true;
+        return scratch_->graph;
+    }
+    for (auto & slot : slots_) {
+        if (slot->valid && slot->key == key) {
+            slot->last_use = clock_;
+            return slot->graph;
+        }
+    }
+    Slot * target = nullptr;
+    if (slots_.size() < capacity_) {
+        slots_.push_back(std::make_unique<Slot>());
+        target = slots_.back().get();
+    } else {
+        target = std::min_element(slots_.begin(), slots_.end(), [](const auto & a, const auto & b) {
+                     return a->last_use < b->last_use;
+                 })->get();
+    }
+    build_into(*target, key, build);
+    target->last_use = clock_;
+    built = true;
+    return target->graph;
+}
+
+}  // namespace river

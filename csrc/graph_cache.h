@@ -1,0 +1,71 @@
+// Compute graphs kept for reuse. A decode step runs the same few graph shapes
+// again and again (a check segment, the segment after an exit, a verify batch), so
+// each shape is built and allocated once, in its own scheduler, and later steps
+// only set its inputs and compute. Knows nothing of what a graph computes: the
+// engine builds it through a callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "graph.h"
+
+namespace river {
+
+// Everything a segment's graph topology depends on.
+struct GraphKey {
+    int64_t first_layer = 0;
+    int64_t end_layer = 0;
+    int64_t exit_depth = 0;
+    int64_t tail_layers = 0;
+    bool river_head = false;
+    bool similarity = false;
+    int signal = 0;
+    bool last_only = false;
+    int64_t n_tokens = 0;
+    int64_t n_kv = 0;
+    bool operator==(const GraphKey & o) const;
+};
+
+// A built, allocated graph with the tensors the engine reads and writes.
+struct ComputeGraph {
+    ggml_backend_sched_t sched = nullptr;
+    ggml_cgraph * gf = nullptr;
+    BatchInputs in;
+    ggml_tensor * tokens = nullptr;       // I32 [n_tokens]; nullptr when the segment starts from the state
+    ggml_tensor * similarity = nullptr;   // [1, n_tokens]; nullptr unless asked
+    ggml_tensor * result = nullptr;       // logits; nullptr unless the segment ends with the head
+};
+
+class GraphCache {
+public:
+    using BuildFn = std::function<void(ggml_context *, ggml_cgraph *, ComputeGraph &)>;
+
+    // Graphs run on `backends` (the CPU last); at most `capacity` are kept.
+    GraphCache(std::vector<ggml_backend_t> backends, size_t capacity);
+    ~GraphCache();
+    GraphCache(const GraphCache &) = delete;
+    GraphCache & operator=(const GraphCache &) = delete;
+
+    // The graph for `key`, built and allocated by `build` unless kept from before.
+    // keep false: built in a scratch slot that the next such graph replaces (large
+    // batches: their buffers are large and their shapes rarely repeat). `built`
+    // says whether this call built it.
+    ComputeGraph & get(const GraphKey & key, const BuildFn & build, bool keep, bool & built);
+    void clear();
+
+private:
+    struct Slot;
+    void build_into(Slot & slot, const GraphKey & key, const BuildFn & build);
+
+    std::vector<ggml_backend_t> backends_;
+    size_t capacity_;
+    uint64_t clock_ = 0;
+    std::vector<std::unique_ptr<Slot>> slots_;
+    std::unique_ptr<Slot> scratch_;
+};
+
+}  // namespace river
