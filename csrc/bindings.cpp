@@ -122,9 +122,9 @@ py::dict graph_stats_dict(const river::GraphStats & s) {
     return d;
 }
 
-py::list devices_list() {
+py::list devices_list(const std::vector<std::string> & rpc_endpoints) {
     py::list out;
-    for (const river::DeviceInfo & info : river::list_devices()) {
+    for (const river::DeviceInfo & info : river::list_devices(rpc_endpoints)) {
         py::dict d;
         d["name"] = info.name;
         d["description"] = info.description;
@@ -223,7 +223,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");
     bind_gguf(m);
-    m.def("devices", &devices_list, "The devices ggml offers: offloading ones first, the CPU last.");
+    m.def("devices", &devices_list, py::arg("rpc_endpoints") = std::vector<std::string>{},
+          "The devices ggml offers (of the RPC ones, those of rpc_endpoints): offloading ones first, the CPU last.");
     m.def("has_rpc", &river::has_rpc, "Whether this ggml has the RPC backend.");
     m.def("add_rpc_server", &river::add_rpc_server, py::arg("endpoint"),
           "Add the devices of the RPC server at host:port (the caller checks that it answers).");

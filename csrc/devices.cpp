@@ -47,11 +47,17 @@ void load_backends() {
     std::call_once(once, [] { ggml_backend_load_all(); });
 }
 
-std::vector<DeviceInfo> list_devices() {
+std::vector<DeviceInfo> list_devices(const std::vector<std::string> & rpc_endpoints) {
     load_backends();
+    ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
     std::vector<DeviceInfo> devices;
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
         ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        const std::string description = ggml_backend_dev_description(dev);
+        const bool is_rpc = rpc && std::string(ggml_backend_dev_name(dev)).rfind("RPC", 0) == 0;
+        if (is_rpc && std::find(rpc_endpoints.begin(), rpc_endpoints.end(), description) == rpc_endpoints.end()) {
+            continue;
+        }
         ggml_backend_dev_props props;
         ggml_backend_dev_get_props(dev, &props);
         DeviceInfo info;
@@ -74,8 +80,8 @@ ggml_backend_dev_t device_by_name(const std::string & name) {
         return dev;
     }
     std::string known;
-    for (const DeviceInfo & d : list_devices()) {
-        known += (known.empty() ? "" : ", ") + d.name;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        known += (known.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(ggml_backend_dev_get(i)));
     }
     throw Error("no device named '" + name + "' (devices: " + known + ")");
 }

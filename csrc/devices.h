@@ -26,8 +26,10 @@ struct DeviceInfo {
 // Loads dynamically built backends once (a no-op where they are linked in).
 void load_backends();
 
-// Every device, offloading devices first in ggml's order, the CPU last.
-std::vector<DeviceInfo> list_devices();
+// Every device, offloading devices first in ggml's order, the CPU last; of the RPC
+// devices only those of `rpc_endpoints` (asking a server that went away for its
+// memory would abort the process).
+std::vector<DeviceInfo> list_devices(const std::vector<std::string> & rpc_endpoints = {});
 
 // The device called `name`; throws naming the devices there are.
 ggml_backend_dev_t device_by_name(const std::string & name);

@@ -114,12 +114,10 @@ PlacementSizes Engine::placement_sizes() const {
     for (const LayerWeights & layer : backbone_.layers) {
         sizes.backbone_layers.push_back(layer_bytes(layer));
     }
+    // a river layer on another device than its backbone layer needs its own copy of
+    // the shared norms and biases: counted, so the plan never falls short
     for (const LayerWeights & layer : river_.layers) {
-        size_t n = 0;
-        for (const MatrixSlot & slot : k_layer_matrices) {
-            n += ggml_nbytes(layer.*slot.member);
-        }
-        sizes.river_layers.push_back(n);
+        sizes.river_layers.push_back(layer_bytes(layer));
     }
     sizes.backbone_head = bytes_of({backbone_.output, backbone_.output_norm});
     sizes.river_head = bytes_of({river_.output});

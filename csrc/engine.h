@@ -41,7 +41,7 @@ struct GraphStats {
 // The bytes a placement plan weighs: what each placeable part would occupy.
 struct PlacementSizes {
     std::vector<size_t> backbone_layers;
-    std::vector<size_t> river_layers;   // the river's own matrices; its norms are the backbone's
+    std::vector<size_t> river_layers;   // with the norms and biases it shares with the backbone
     size_t backbone_head = 0;
     size_t river_head = 0;
     size_t kv_cache = 0;

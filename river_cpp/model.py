@@ -7,6 +7,7 @@ text, argument checking, and the generation loop from river_cpp.generation.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
@@ -17,6 +18,7 @@ from river_cpp._ggml import set_ggml_verbosity
 from river_cpp._lock import ModelLock
 from river_cpp.exit_stats import ExitStats
 from river_cpp.language_model import ROUTES
+from river_cpp.placement import Placement, connect_rpc_servers, offload_devices, plan_placement
 from river_cpp.policy import ExitPolicy
 from river_cpp.presets import DEFAULT
 from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
@@ -77,6 +79,9 @@ class RiverModel:
         river_head: Union[bool, str, None] = None,
         progress: bool = True,
         use_mmap: bool = True,
+        n_gpu_layers: int = -1,
+        main_gpu: int = 0,
+        rpc_servers: Sequence[str] = (),
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
 
@@ -98,6 +103,13 @@ class RiverModel:
             and are shared between processes), or read them into memory (False): for
             files that may change while loaded, or network filesystems. A mapped file
             that changes on disk makes the next forward raise (see check_files).
+        n_gpu_layers: backbone layers to put on the GPU (or other device): -1 (default)
+            all that fit, 0 none. Whenever it is not 0, the KV cache and the river go
+            first, then backbone layers from the first; see river_cpp.placement. Without
+            a device (a CPU-only ggml) everything computes on the host.
+        main_gpu: the device to fill first, as an index into the offloading devices.
+        rpc_servers: "host:port" of `river-cpp rpc-server`s whose devices join the
+            placement (ggml built with -DGGML_RPC=on).
         """
         if prefill not in PREFILL_MODES:
             raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
@@ -115,6 +127,7 @@ class RiverModel:
         self.seed = seed
         self.verbose = verbose
         n_threads = default_n_threads() if n_threads is None else _positive_int("n_threads", n_threads)
+        connect_rpc_servers(rpc_servers)
         set_ggml_verbosity(verbose)
         if verbose:
             _core.set_log_sink(lambda level, message: print(f"river-cpp: {message}"))
@@ -128,6 +141,12 @@ class RiverModel:
         if river_head is None:
             river_head = _default_head(river)
         self._load_river(river, river_types, river_head, progress)
+        self.placement: Placement = plan_placement(
+            self.engine.placement_sizes(), offload_devices(rpc_servers), n_gpu_layers, main_gpu
+        )
+        self.engine.place(**self.placement.engine_arguments())
+        if verbose:
+            print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
         self.prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import math
@@ -32,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from river_cpp._net import is_loopback
 from river_cpp.completions import ContextOverflowError, chat_prompt
 from river_cpp.policy import ExitPolicy
 
@@ -87,16 +87,6 @@ class ServerConfig:
         if self.host not in ("0.0.0.0", "::", ""):
             names.add(self.host.lower().strip("[]"))
         return names
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or address to bind) is this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # ---------------------------------------------------------------- errors

@@ -74,6 +74,36 @@ def test_rewind_matches_fresh_run(tiny_llama4):
         np.testing.assert_array_equal(model.forward(ids[5:]), first)
 
 
+@pytest.mark.parametrize("river", [None, "q4_0"])
+def test_reused_graphs_equal_fresh_ones_across_growing_n_kv(tiny_llama4, river, river_cache):
+    """Decode steps reuse one graph per shape; the padded n_kv grows past 256 on the
+    way (a new shape). Reuse must not change a single bit of the logits, on every
+    route: the backbone, the river and tau exits that switch between segments."""
+    from river_cpp.policy import ExitPolicy
+
+    options = dict(river=river, n_ctx=640, n_threads=1)
+    if river:
+        options["policy"] = ExitPolicy.uniform(0.9, min_layer=1)
+    with RiverModel(tiny_llama4, **options) as reused, RiverModel(tiny_llama4, **options) as fresh:
+        fresh.engine.reuse_graphs = False
+        rng = np.random.default_rng(0)
+        ids = [int(i) for i in rng.integers(0, reused.n_vocab, 300)]
+        prompt = ids[:20]
+        rows = [reused.forward(prompt, last_only=False)]
+        expected = [fresh.forward(prompt, last_only=False)]
+        for i in range(20, 300):
+            batch = ids[i : i + (1 if i % 2 else 2)]
+            rows.append(reused.forward(batch, last_only=False))
+            expected.append(fresh.forward(batch, last_only=False))
+            assert list(reused.last_exit_layers) == list(fresh.last_exit_layers)
+        assert reused.n_past > 256
+        for ours, theirs in zip(rows, expected):
+            np.testing.assert_array_equal(ours, theirs)
+        stats, fresh_stats = reused.engine.graph_stats, fresh.engine.graph_stats
+        assert fresh_stats["reuses"] == 0
+        assert stats["reuses"] > 5 * stats["builds"]
+
+
 def test_last_only_is_the_last_row(tiny_llama):
     with RiverModel(tiny_llama, river=None) as model:
         ids = model.tokenize(PROMPT)

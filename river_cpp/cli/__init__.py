@@ -17,7 +17,7 @@ from river_cpp import RiverError
 
 # Subcommand modules of this package, in the order `river-cpp --help` lists them.
 # Each is imported only to declare its arguments; what it runs it imports in run().
-COMMANDS = ("generate", "chat", "serve", "build_river", "convert", "bench", "eval", "calibrate", "humaneval")
+COMMANDS = ("generate", "chat", "serve", "build_river", "convert", "bench", "eval", "calibrate", "humaneval", "rpc_server")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (FileNotFoundError, IsADirectoryError, ValueError, RiverError) as error:
+    except (FileNotFoundError, IsADirectoryError, ConnectionError, ValueError, RiverError) as error:
         print(f"river-cpp: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -66,6 +66,22 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
+    p.add_argument("--verbose", "-v", action="store_true", help="print where each layer lives and the engine's log")
+    devices = p.add_argument_group("devices")
+    devices.add_argument(
+        "--n-gpu-layers",
+        "-ngl",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="backbone layers on the GPU or RPC devices, after the cache and the river (default -1: all that fit)",
+    )
+    devices.add_argument("--main-gpu", type=int, default=0, metavar="I", help="the device to fill first (default 0)")
+    devices.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="use the devices of these `river-cpp rpc-server`s (ggml built with -DGGML_RPC=on)",
+    )
     river = p.add_argument_group("river (early exit)")
     river.add_argument(
         "--preset",
@@ -135,6 +151,10 @@ def open_model(args: argparse.Namespace, **options):
         prefill=args.prefill or chosen.prefill,
         tail_layers=args.tail_layers,
         river_head=_river_head(args.river_head, chosen, river),
+        verbose=args.verbose,
+        n_gpu_layers=args.n_gpu_layers,
+        main_gpu=args.main_gpu,
+        rpc_servers=[s.strip() for s in args.rpc.split(",")] if args.rpc else [],
         **options,
     )
 

@@ -1,0 +1,171 @@
+"""The multi-device engine, on this CPU machine: an RPC server on loopback is a device
+with its own memory, as a GPU is, so placing layers there exercises the scheduler,
+device copies of weights, a cache on a device and copies between devices. Every
+placement must compute what the all-host engine computes.
+
+Needs ggml's RPC backend (llama-cpp-python built with -DGGML_RPC=on, as
+scripts/install_llama_cpp.sh does). Without it these tests skip and say so, unless
+RIVER_REQUIRE_RPC is set (CI sets it), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hybrid import write_hybrid_gguf
+from llama_run import llama_run
+from routes import PAPER_RIVER
+
+from river_cpp import RiverModel, _core
+from river_cpp.placement import HOST
+from river_cpp.policy import ExitPolicy
+
+PROMPT = "The old lighthouse keeper climbed the stairs"
+
+pytestmark = pytest.mark.usefixtures("river_cache")
+
+
+def _require_rpc() -> None:
+    if _core.has_rpc():
+        return
+    message = "this ggml has no RPC backend: install llama-cpp-python with scripts/install_llama_cpp.sh"
+    if os.environ.get("RIVER_REQUIRE_RPC"):
+        pytest.fail(message + " (RIVER_REQUIRE_RPC is set)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def rpc_server():
+    """`river-cpp rpc-server` on a free loopback port, for the whole session: a device
+    the process registered must stay reachable while the process lives."""
+    _require_rpc()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-c", "from river_cpp.cli import main; main()", "rpc-server", "--port", str(port)]
+    server = subprocess.Popen([*command, "-t", "1"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"rpc-server did not start: {server.stderr.read()}")
+            time.sleep(0.2)
+    yield f"127.0.0.1:{port}"
+    server.kill()
+    server.wait()
+
+
+def _greedy(model: RiverModel, ids: list[int], n: int) -> list[int]:
+    return list(model.generate(ids, max_tokens=n, temperature=0.0).token_ids)
+
+
+@pytest.mark.parametrize("n_gpu_layers", [-1, 2])
+def test_rpc_placement_computes_what_the_host_computes(tiny_llama4, rpc_server, n_gpu_layers):
+    with (
+        RiverModel(tiny_llama4, river="q4_0", n_ctx=256) as host,
+        RiverModel(tiny_llama4, river="q4_0", n_ctx=256, rpc_servers=[rpc_server], n_gpu_layers=n_gpu_layers) as remote,
+    ):
+        placement = remote.placement
+        rpc = placement.kv_cache
+        assert rpc.startswith("RPC") and placement.river_layers == (rpc,) * 4
+        expected_backbone = (rpc,) * 4 if n_gpu_layers == -1 else (rpc, rpc, HOST, HOST)
+        assert placement.backbone_layers == expected_backbone
+        assert remote.engine.placement["backbone_layers"] == list(expected_backbone)
+        assert host.placement.devices == []
+
+        ids = host.tokenize(PROMPT)
+        for route in ("backbone", "decode"):
+            host.reset()
+            remote.reset()
+            np.testing.assert_allclose(
+                remote.forward(ids, last_only=False, route=route),
+                host.forward(ids, last_only=False, route=route),
+                atol=1e-3,
+            )
+        host.reset()
+        remote.reset()
+        assert _greedy(remote, ids, 64) == _greedy(host, ids, 64)
+
+
+def test_rpc_split_with_exits_and_speculation(demo_backbone, rpc_server, monkeypatch):
+    monkeypatch.delenv("RIVER_CPP_CACHE_DIR")  # the demo river lives in the user cache
+    options = dict(river="q8_0", n_ctx=512, n_threads=1, progress=False, policy=ExitPolicy.uniform(0.98))
+    with (
+        RiverModel(demo_backbone, **options) as host,
+        RiverModel(demo_backbone, **options, rpc_servers=[rpc_server], n_gpu_layers=10) as remote,
+    ):
+        assert remote.placement.backbone_layers[9] != HOST and remote.placement.backbone_layers[10] == HOST
+        ids = host.tokenize(PROMPT)
+        ours, theirs = _greedy(remote, ids, 64), _greedy(host, ids, 64)
+        assert ours == theirs
+        host.reset()
+        remote.reset()
+        spec = dict(max_tokens=32, temperature=0.0, speculative=True)
+        assert remote.generate(ids, **spec).token_ids == host.generate(ids, **spec).token_ids
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_rpc_static_split_equals_llama_cpp_hybrid(tiny_llama4, rpc_server, k, tmp_path):
+    with RiverModel(
+        tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=128, rpc_servers=[rpc_server], n_gpu_layers=1
+    ) as model:
+        assert model.placement.backbone_layers[0] != HOST and model.placement.backbone_layers[1] == HOST
+        ids = model.tokenize(PROMPT)
+        ours = model.forward(ids)
+        hybrid = write_hybrid_gguf(tiny_llama4, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
+        theirs = llama_run(hybrid, ids, 32)
+        decode = theirs.decode_along(model, ours)
+    assert np.abs(ours - theirs.logits).max() < 5e-2
+    theirs.assert_decode_matches(decode, 1.0, min_decided=8)  # the tolerance of test_river's check
+
+
+def test_rpc_placement_within_a_memory_budget(tiny_llama4, rpc_server, monkeypatch):
+    """The plan is followed when a device's memory allows only part of the model."""
+    import river_cpp.placement as placement_module
+
+    with RiverModel(tiny_llama4, river="q4_0", n_ctx=128) as probe:
+        sizes = probe.engine.placement_sizes()
+    river_first = sizes["kv_cache"] + sum(sizes["river_layers"]) + sizes["river_head"]
+    budget = river_first + sizes["backbone_layers"][0] + placement_module.DEVICE_RESERVE_BYTES
+    real = placement_module.offload_devices
+
+    def small_device(rpc_servers=()):
+        return [placement_module.Device(d.name, d.description, d.type, budget, budget) for d in real(rpc_servers)]
+
+    monkeypatch.setattr("river_cpp.model.offload_devices", small_device)
+    with RiverModel(tiny_llama4, river="q4_0", n_ctx=128, rpc_servers=[rpc_server]) as model:
+        rpc = model.placement.kv_cache
+        assert rpc != HOST
+        assert model.placement.backbone_layers == (rpc, HOST, HOST, HOST)
+        planned = model.placement.bytes[rpc]
+        assert planned == river_first + sizes["backbone_layers"][0]
+        # norms a river layer shares with a backbone layer on the same device are one copy
+        assert sizes["kv_cache"] + sum(sizes["river_layers"]) <= model.engine.placed_bytes()[rpc] <= planned
+
+
+def test_rpc_server_refuses_a_public_address_without_allow_remote(capsys):
+    from river_cpp.cli import main
+
+    assert main(["rpc-server", "--host", "0.0.0.0", "--port", "50999"]) == 1
+    assert "no authentication" in capsys.readouterr().err
+
+
+def test_unreachable_rpc_server_and_bad_n_gpu_layers(tiny_llama4):
+    _require_rpc()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(ConnectionError, match="cannot reach the RPC server"):
+            RiverModel(tiny_llama4, river=None, n_ctx=64, rpc_servers=[endpoint])
+    with pytest.raises(ValueError, match="n_gpu_layers"):
+        RiverModel(tiny_llama4, river=None, n_ctx=64, n_gpu_layers=5)
