@@ -1,10 +1,10 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <chrono>
 #include <set>
 
 #include "common.h"
@@ -131,8 +131,7 @@ void Engine::place(const Placement & placement) {
         throw Error("the model is already placed on its devices");
     }
     const size_t n_layer = static_cast<size_t>(hp_.n_layer);
-    if (placement.backbone_layers.size() != n_layer ||
-        placement.river_layers.size() != (has_river() ? n_layer : 0)) {
+    if (placement.backbone_layers.size() != n_layer || placement.river_layers.size() != (has_river() ? n_layer : 0)) {
         throw Error("a placement names a device for each of the " + std::to_string(n_layer) +
                     " layers of the backbone" + (has_river() ? " and of the river" : ""));
     }
@@ -178,9 +177,9 @@ void Engine::place(const Placement & placement) {
         device_backends_.push_back(backend);
     }
     ggml_backend_dev_t kv_dev = placement_device(placement.kv_cache);
-    kv_ = std::make_unique<KvCache>(hp_, params_.n_ctx,
-                                    kv_dev ? ggml_backend_dev_buffer_type(kv_dev)
-                                           : ggml_backend_get_default_buffer_type(cpu_backend_));
+    kv_ = std::make_unique<KvCache>(
+        hp_, params_.n_ctx,
+        kv_dev ? ggml_backend_dev_buffer_type(kv_dev) : ggml_backend_get_default_buffer_type(cpu_backend_));
 
     ggml_init_params state_params{ggml_tensor_overhead(), nullptr, true};
     state_ctx_ = ggml_init(state_params);
@@ -195,8 +194,8 @@ void Engine::place(const Placement & placement) {
 }
 
 std::map<std::string, size_t> Engine::placed_bytes() const {
-    std::map<std::string, size_t> bytes = device_weights_ ? device_weights_->bytes_by_device()
-                                                          : std::map<std::string, size_t>{};
+    std::map<std::string, size_t> bytes =
+        device_weights_ ? device_weights_->bytes_by_device() : std::map<std::string, size_t>{};
     if (kv_) {
         bytes[placement_.kv_cache] += kv_->n_bytes();
     }

@@ -21,7 +21,8 @@ KvCache::KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_buffer_type_t b
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_, buft));
     if (!buffer_) {
         ggml_free(ctx_);
-        throw Error("cannot allocate the KV cache for n_ctx=" + std::to_string(n_ctx) + " in " + ggml_backend_buft_name(buft));
+        throw Error("cannot allocate the KV cache for n_ctx=" + std::to_string(n_ctx) + " in " +
+                    ggml_backend_buft_name(buft));
     }
     // Unwritten slots are masked out, but zeros keep them finite: 0 * NaN in the
     // V product would otherwise leak garbage into valid rows.
@@ -33,7 +34,9 @@ KvCache::~KvCache() {
     ggml_free(ctx_);
 }
 
-size_t KvCache::n_bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
+size_t KvCache::n_bytes() const {
+    return ggml_backend_buffer_get_size(buffer_.get());
+}
 
 void KvCache::advance(int64_t n_tokens) {
     if (n_past_ + n_tokens > n_ctx_) {

@@ -120,7 +120,9 @@ void DeviceWeights::upload() {
     }
 }
 
-std::map<std::string, size_t> DeviceWeights::bytes_by_device() const { return bytes_; }
+std::map<std::string, size_t> DeviceWeights::bytes_by_device() const {
+    return bytes_;
+}
 
 void place_layers(DeviceWeights & copies, std::vector<LayerWeights> & layers, const std::vector<std::string> & names) {
     for (size_t il = 0; il < layers.size(); ++il) {

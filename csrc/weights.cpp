@@ -191,9 +191,22 @@ ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & 
 }
 
 std::vector<ggml_tensor **> tensor_slots(LayerWeights & l) {
-    return {&l.attn_norm, &l.wq,     &l.wk,     &l.wv,             &l.wo,            &l.bq,       &l.bk,
-            &l.bv,        &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm, &l.ffn_norm, &l.ffn_gate,
-            &l.ffn_up,    &l.ffn_down};
+    return {&l.attn_norm,
+            &l.wq,
+            &l.wk,
+            &l.wv,
+            &l.wo,
+            &l.bq,
+            &l.bk,
+            &l.bv,
+            &l.q_norm,
+            &l.k_norm,
+            &l.attn_post_norm,
+            &l.ffn_post_norm,
+            &l.ffn_norm,
+            &l.ffn_gate,
+            &l.ffn_up,
+            &l.ffn_down};
 }
 
 std::vector<ggml_tensor **> matrix_slots(std::vector<LayerWeights> & layers, ggml_tensor *& output) {

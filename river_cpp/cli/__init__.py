@@ -17,7 +17,18 @@ from river_cpp import RiverError
 
 # Subcommand modules of this package, in the order `river-cpp --help` lists them.
 # Each is imported only to declare its arguments; what it runs it imports in run().
-COMMANDS = ("generate", "chat", "serve", "build_river", "convert", "bench", "eval", "calibrate", "humaneval", "rpc_server")
+COMMANDS = (
+    "generate",
+    "chat",
+    "serve",
+    "build_river",
+    "convert",
+    "bench",
+    "eval",
+    "calibrate",
+    "humaneval",
+    "rpc_server",
+)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -48,6 +48,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-gen", "-n", type=int, default=128, metavar="N", help="decoded tokens of the tg test (128)")
     p.add_argument("--repetitions", "-r", type=int, default=5, metavar="N", help="timed repetitions (5)")
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads, ours and llama.cpp's (default: all)")
+    p.add_argument(
+        "--n-gpu-layers",
+        "-ngl",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="layers on the GPU, ours and llama.cpp's (default -1: all; no effect without a GPU)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs (one process per configuration)")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     p.set_defaults(run=run)
@@ -90,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repetitions,
         n_threads=args.threads,
         memory=not args.no_memory,
+        n_gpu_layers=args.n_gpu_layers,
     )
     print(report.table())
     if args.json:

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     endpoint = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
     if not is_loopback(args.host):
         print(f"river-cpp: warning: {WARNING}", file=sys.stderr)
-    print(f"river-cpp: serving this machine's CPU ({threads} threads) over RPC at {endpoint}", file=sys.stderr, flush=True)
+    print(f"river-cpp: serving this machine's CPU ({threads} threads) over RPC at {endpoint}", file=sys.stderr)
+    sys.stderr.flush()
     _core.serve_rpc(endpoint, threads)
     return 0

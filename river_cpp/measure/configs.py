@@ -35,6 +35,7 @@ class RiverConfig:
         n_ctx: int = 2048,
         n_threads: Optional[int] = None,
         progress: bool = False,
+        n_gpu_layers: int = -1,
     ) -> RiverModel:
         """A RiverModel of `backbone` in this configuration."""
         return RiverModel(
@@ -48,6 +49,7 @@ class RiverConfig:
             n_ctx=n_ctx,
             n_threads=n_threads,
             progress=progress,
+            n_gpu_layers=n_gpu_layers,
         )
 
     def apply(self, model: RiverModel) -> None:

@@ -34,6 +34,7 @@ class LlamaCppPeer:
         n_threads: Optional[int] = None,
         seed: Optional[int] = None,
         name: Optional[str] = None,
+        n_gpu_layers: int = -1,
     ) -> None:
         import llama_cpp
 
@@ -57,6 +58,7 @@ class LlamaCppPeer:
             n_batch=N_BATCH,
             n_ubatch=N_BATCH,
             flash_attn=False,
+            n_gpu_layers=n_gpu_layers,
             logits_all=False,
             verbose=False,
         )

@@ -64,6 +64,7 @@ def measure(
     n_threads: Optional[int] = None,
     memory: bool = True,
     progress: bool = True,
+    n_gpu_layers: int = -1,
 ) -> BenchReport:
     """Prefill and decode tokens/s of each configuration and llama.cpp peer, interleaved.
 
@@ -75,6 +76,7 @@ def measure(
     repeats: timed repetitions of every test (after one warm-up).
     n_threads: threads for ours and llama.cpp alike (default: all cores).
     memory: also measure each configuration's peak RSS in a fresh process.
+    n_gpu_layers: offloaded layers, ours and llama.cpp's alike (see RiverModel).
     """
     from tqdm import tqdm
 
@@ -96,7 +98,9 @@ def measure(
     runners: list[Runner] = []
     try:
         for target in tqdm(targets, desc="loading", unit="model", disable=not progress, leave=False):
-            runners.append(open_runner(target, n_ctx=n_ctx, n_threads=n_threads, progress=progress))
+            runners.append(
+                open_runner(target, n_ctx=n_ctx, n_threads=n_threads, progress=progress, n_gpu_layers=n_gpu_layers)
+            )
         samples: dict[tuple[str, str], list[float]] = {(t.name, kind): [] for t in targets for kind, _ in tests}
         exits: dict[tuple[str, str], Optional[float]] = {}
         schedule = [(None, runner, kind) for runner in runners for kind, _ in tests]  # None: warm-up
@@ -282,11 +286,17 @@ class Runner:
         self.model.close()
 
 
-def open_runner(target: Target, *, n_ctx: int, n_threads: int, progress: bool = False) -> Runner:
+def open_runner(
+    target: Target, *, n_ctx: int, n_threads: int, progress: bool = False, n_gpu_layers: int = -1
+) -> Runner:
     """Load `target`'s model: a RiverModel in its configuration, or a LlamaCppPeer."""
     if target.engine == RIVER_ENGINE:
         assert target.config is not None
-        return Runner(target, target.config.load(target.path, n_ctx=n_ctx, n_threads=n_threads, progress=progress))
+        model = target.config.load(
+            target.path, n_ctx=n_ctx, n_threads=n_threads, progress=progress, n_gpu_layers=n_gpu_layers
+        )
+        return Runner(target, model)
     from river_cpp.measure.llama_peer import LlamaCppPeer
 
-    return Runner(target, LlamaCppPeer(target.path, n_ctx=n_ctx, n_threads=n_threads, name=target.name))
+    peer = LlamaCppPeer(target.path, n_ctx=n_ctx, n_threads=n_threads, name=target.name, n_gpu_layers=n_gpu_layers)
+    return Runner(target, peer)
