@@ -24,6 +24,7 @@ from river_cpp.demo import demo_backbone_path
 from river_cpp.policy import ExitPolicy
 
 PROMPT = "The river carried the boat past the old mill, and the miller's daughter"
+WARM_UP = 4
 POLICIES = {
     "backbone": ExitPolicy.never(),
     "checked": ExitPolicy.uniform(2.0, min_layer=1),  # cosine never exceeds 1: checked, never taken
@@ -32,10 +33,12 @@ POLICIES = {
 
 
 def decode(model: RiverModel, n_tokens: int) -> dict:
-    """One timed decode of n_tokens after the (untimed) prompt."""
+    """One timed decode of n_tokens after the (untimed) prompt and WARM_UP steps."""
     model.reset()
     ids = model.tokenize(PROMPT)
     token = int(model.forward(ids, route="backbone")[-1].argmax())
+    for _ in range(WARM_UP):  # steady state: the shapes of this decode are built (when kept)
+        token = int(model.forward([token], route="decode")[-1].argmax())
     model.engine.reset_graph_stats()
     start = time.perf_counter()
     for _ in range(n_tokens):

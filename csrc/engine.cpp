@@ -87,14 +87,30 @@ Engine::~Engine() {
         ggml_backend_free(backend);
     }
     ggml_backend_free(cpu_backend_);
+    if (threadpool_) {
+        ggml_threadpool_free(threadpool_);
+    }
 }
 
 void Engine::set_n_threads(int n_threads) {
     if (n_threads <= 0) {
         throw Error("n_threads must be positive, got " + std::to_string(n_threads));
     }
-    n_threads_ = n_threads;
+    // One pool for the engine's life (as llama.cpp keeps one): without it the CPU
+    // backend starts and joins its threads for every graph, and a decode step with
+    // exit checks runs a graph per checked layer.
+    ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
+    ggml_threadpool_t pool = ggml_threadpool_new(&params);
+    if (!pool) {
+        throw Error("cannot start " + std::to_string(n_threads) + " CPU threads");
+    }
     ggml_backend_cpu_set_n_threads(cpu_backend_, n_threads);
+    ggml_backend_cpu_set_threadpool(cpu_backend_, pool);
+    if (threadpool_) {
+        ggml_threadpool_free(threadpool_);
+    }
+    threadpool_ = pool;
+    n_threads_ = n_threads;
 }
 
 void Engine::load_river(const std::string & river_path) {

@@ -12,6 +12,7 @@
 
 #include "cpu_layout.h"
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "gguf_file.h"
 #include "graph.h"
 #include "graph_cache.h"
@@ -163,6 +164,7 @@ private:
     EngineParams params_;
     int n_threads_ = 1;
     ggml_backend_t cpu_backend_ = nullptr;
+    ggml_threadpool_t threadpool_ = nullptr;
     Placement placement_;
     std::unique_ptr<DeviceWeights> device_weights_;
     RepackedTensors repacked_;
