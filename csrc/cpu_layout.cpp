@@ -1,5 +1,6 @@
 #include "cpu_layout.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common.h"
@@ -21,11 +22,6 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_buffer_types(ggml_backend_dev_
     return types;
 }
 
-// Mapped weights only: a tensor placed on another device is that device's business.
-bool on_host(ggml_backend_dev_t cpu, const ggml_tensor * t) {
-    return t->buffer && ggml_backend_buft_get_device(ggml_backend_buffer_get_type(t->buffer)) == cpu;
-}
-
 }  // namespace
 
 RepackedTensors::~RepackedTensors() {
@@ -35,7 +31,8 @@ RepackedTensors::~RepackedTensors() {
     }
 }
 
-void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors) {
+void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors,
+                             const std::vector<ggml_backend_buffer_t> & host_buffers) {
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     const std::vector<ggml_backend_buffer_type_t> extra =
         cpu ? cpu_extra_buffer_types(cpu) : std::vector<ggml_backend_buffer_type_t>{};
@@ -47,7 +44,8 @@ void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors) {
 
     std::map<ggml_backend_buffer_type_t, std::vector<std::pair<ggml_tensor **, ggml_tensor *>>> placed;
     for (ggml_tensor ** slot : tensors) {
-        if (!on_host(cpu, *slot)) {
+        // mapped weights only: a tensor placed on another device is that device's business
+        if (std::find(host_buffers.begin(), host_buffers.end(), (*slot)->buffer) == host_buffers.end()) {
             continue;
         }
         for (ggml_backend_buffer_type_t buft : extra) {

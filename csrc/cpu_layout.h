@@ -20,9 +20,10 @@ public:
     RepackedTensors(const RepackedTensors &) = delete;
     RepackedTensors & operator=(const RepackedTensors &) = delete;
 
-    // Replaces each of *tensors by a repacked copy where the CPU backend has a
-    // faster layout for its matmul; others stay as they are (e.g. mapped).
-    void repack(const std::vector<ggml_tensor **> & tensors);
+    // Replaces each of *tensors that lives in one of `host_buffers` (the mapped
+    // files) by a repacked copy where the CPU backend has a faster layout for its
+    // matmul; others stay as they are.
+    void repack(const std::vector<ggml_tensor **> & tensors, const std::vector<ggml_backend_buffer_t> & host_buffers);
 
 private:
     ggml_context * ctx_ = nullptr;

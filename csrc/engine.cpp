@@ -182,7 +182,7 @@ void Engine::place(const Placement & placement) {
         const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
         matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
     }
-    repacked_.repack(matrices);
+    repacked_.repack(matrices, {weight_buffer_.get(), river_buffer_.get()});
     device_weights_ = std::move(copies);
 
     for (ggml_backend_dev_t dev : devices) {
