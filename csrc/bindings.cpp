@@ -202,6 +202,7 @@ PYBIND11_MODULE(_core, m) {
              "Put weights and cache on the named devices ('CPU': the host); once, before the first forward.")
         .def_property_readonly("placed", &river::Engine::placed)
         .def_property_readonly("placement", [](const river::Engine & e) { return placement_dict(e.placement()); })
+        .def_property_readonly("repacked_tensors", &river::Engine::repacked_tensors)
         .def("placement_sizes", [](const river::Engine & e) { return sizes_dict(e.placement_sizes()); })
         .def("placed_bytes", &river::Engine::placed_bytes)
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })

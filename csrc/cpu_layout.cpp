@@ -76,6 +76,7 @@ void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors,
             // the buffer type's set_tensor converts rows into its interleaved layout
             ggml_backend_tensor_set(copy, (*slot)->data, 0, ggml_nbytes(*slot));
             *slot = copy;
+            ++count_;
         }
         buffers_.push_back(std::move(buffer));
     }

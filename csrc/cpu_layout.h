@@ -25,7 +25,11 @@ public:
     // matmul; others stay as they are.
     void repack(const std::vector<ggml_tensor **> & tensors, const std::vector<ggml_backend_buffer_t> & host_buffers);
 
+    // How many tensors repack() replaced.
+    size_t count() const { return count_; }
+
 private:
+    size_t count_ = 0;
     ggml_context * ctx_ = nullptr;
     std::vector<BufferPtr> buffers_;
 };

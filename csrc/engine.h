@@ -83,6 +83,8 @@ public:
     void place(const Placement & placement);
     bool placed() const { return kv_ != nullptr; }
     const Placement & placement() const { return placement_; }
+    // Host matrices moved into the CPU's faster layouts by place().
+    size_t repacked_tensors() const { return repacked_.count(); }
     PlacementSizes placement_sizes() const;
     // Bytes of weights (and the cache) per device name, after place().
     std::map<std::string, size_t> placed_bytes() const;

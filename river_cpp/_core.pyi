@@ -32,6 +32,19 @@ def gguf_info(path: str, max_array: int = 1024) -> dict[str, Any]:
     merges, scores) as {"element_type": str, "length": int}; max_array=-1 keeps all.
     """
 
+def devices(rpc_endpoints: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """ggml's devices, offloading ones first and the CPU last; of the RPC devices only
+    those of rpc_endpoints. Each: {"name", "description", "type" ("cpu" | "gpu" |
+    "igpu" | "accel"), "memory_free", "memory_total", "host_ptr_buffers"}."""
+
+def has_rpc() -> bool: ...
+def add_rpc_server(endpoint: str) -> None:
+    """Register the devices of the RPC server at host:port (the caller checks first
+    that it answers: ggml's client aborts on a failed connection)."""
+
+def serve_rpc(endpoint: str, n_threads: int) -> None:
+    """Serve this machine's CPU over ggml RPC at host:port; does not return."""
+
 class Engine:
     def __init__(self, path: str, n_ctx: int, n_batch: int, n_threads: int, use_mmap: bool = True) -> None: ...
     def forward(self, ids: npt.ArrayLike, last_only: bool, use_exit: bool) -> npt.NDArray[np.float32]: ...
@@ -40,6 +53,32 @@ class Engine:
         """Raise RiverError when the backbone or river file changed on disk (inode,
         size or mtime) since it was mapped; files read into memory never raise.
         forward() calls it first."""
+    def place(
+        self,
+        backbone_layers: Sequence[str],
+        river_layers: Sequence[str],
+        backbone_head: str,
+        river_head: str,
+        kv_cache: str,
+    ) -> None:
+        """Put weights and cache on the named devices ("CPU": the host), once, after
+        load_river and before the first forward (which otherwise places all on the host)."""
+    @property
+    def placed(self) -> bool: ...
+    @property
+    def placement(self) -> dict[str, Any]: ...
+    def placement_sizes(self) -> dict[str, Any]:
+        """Bytes of each placeable part: backbone_layers, river_layers (lists),
+        backbone_head, river_head, kv_cache."""
+    def placed_bytes(self) -> dict[str, int]:
+        """Bytes of weight copies and cache per device name, after place()."""
+    @property
+    def repacked_tensors(self) -> int: ...
+    @property
+    def graph_stats(self) -> dict[str, float]:
+        """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset."""
+    def reset_graph_stats(self) -> None: ...
+    reuse_graphs: bool
     def set_exit(self, thresholds: Sequence[float], signal: str, tail_layers: int, river_head: bool) -> None: ...
     def read_kv(self, layer: int, pos: int, n: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
     def rewind(self, n_past: int) -> None: ...
