@@ -93,23 +93,15 @@ void engine_place(river::Engine & engine, std::vector<std::string> backbone_laye
     engine.place(placement);
 }
 
-py::dict placement_dict(const river::Placement & p) {
+// A Placement (device names) or PlacementSizes (bytes): one value per placeable part.
+template <typename Parts>
+py::dict parts_dict(const Parts & p) {
     py::dict d;
     d["backbone_layers"] = p.backbone_layers;
     d["river_layers"] = p.river_layers;
     d["backbone_head"] = p.backbone_head;
     d["river_head"] = p.river_head;
     d["kv_cache"] = p.kv_cache;
-    return d;
-}
-
-py::dict sizes_dict(const river::PlacementSizes & s) {
-    py::dict d;
-    d["backbone_layers"] = s.backbone_layers;
-    d["river_layers"] = s.river_layers;
-    d["backbone_head"] = s.backbone_head;
-    d["river_head"] = s.river_head;
-    d["kv_cache"] = s.kv_cache;
     return d;
 }
 
@@ -201,9 +193,9 @@ PYBIND11_MODULE(_core, m) {
              py::arg("river_head"), py::arg("kv_cache"),
              "Put weights and cache on the named devices ('CPU': the host); once, before the first forward.")
         .def_property_readonly("placed", &river::Engine::placed)
-        .def_property_readonly("placement", [](const river::Engine & e) { return placement_dict(e.placement()); })
+        .def_property_readonly("placement", [](const river::Engine & e) { return parts_dict(e.placement()); })
         .def_property_readonly("repacked_tensors", &river::Engine::repacked_tensors)
-        .def("placement_sizes", [](const river::Engine & e) { return sizes_dict(e.placement_sizes()); })
+        .def("placement_sizes", [](const river::Engine & e) { return parts_dict(e.placement_sizes()); })
         .def("placed_bytes", &river::Engine::placed_bytes)
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })
         .def("reset_graph_stats", &river::Engine::reset_graph_stats)

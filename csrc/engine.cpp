@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <set>
 
 #include "common.h"
 #include "ggml-cpu.h"
@@ -137,8 +136,7 @@ PlacementSizes Engine::placement_sizes() const {
     }
     sizes.backbone_head = bytes_of({backbone_.output, backbone_.output_norm});
     sizes.river_head = bytes_of({river_.output});
-    sizes.kv_cache = 2 * static_cast<size_t>(hp_.n_layer) * static_cast<size_t>(params_.n_ctx) *
-                     static_cast<size_t>(hp_.n_embd_kv()) * sizeof(ggml_fp16_t);
+    sizes.kv_cache = KvCache::size_for(hp_, params_.n_ctx);
     return sizes;
 }
 

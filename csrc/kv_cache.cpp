@@ -7,12 +7,23 @@
 
 namespace river {
 
+namespace {
+
+// K and V alike: F16, n_embd_kv values per position.
+constexpr ggml_type k_cache_type = GGML_TYPE_F16;
+
+}  // namespace
+
+size_t KvCache::size_for(const HParams & hp, int64_t n_ctx) {
+    return 2 * static_cast<size_t>(hp.n_layer) * ggml_row_size(k_cache_type, hp.n_embd_kv() * n_ctx);
+}
+
 KvCache::KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_buffer_type_t buft) : n_ctx_(n_ctx) {
     ggml_init_params params{ggml_tensor_overhead() * 2 * static_cast<size_t>(hp.n_layer), nullptr, true};
     ctx_ = ggml_init(params);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
-        ggml_tensor * k = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, hp.n_embd_kv(), n_ctx);
-        ggml_tensor * v = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, n_ctx, hp.n_embd_kv());
+        ggml_tensor * k = ggml_new_tensor_2d(ctx_, k_cache_type, hp.n_embd_kv(), n_ctx);
+        ggml_tensor * v = ggml_new_tensor_2d(ctx_, k_cache_type, n_ctx, hp.n_embd_kv());
         ggml_format_name(k, "cache_k-%d", static_cast<int>(il));
         ggml_format_name(v, "cache_v-%d", static_cast<int>(il));
         k_.push_back(k);

@@ -21,6 +21,9 @@ public:
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
+    // The bytes a cache of n_ctx positions holds, before it is allocated (for placement).
+    static size_t size_for(const HParams & hp, int64_t n_ctx);
+
     int64_t n_ctx() const { return n_ctx_; }
     int64_t n_past() const { return n_past_; }
     size_t n_bytes() const;
