@@ -45,7 +45,7 @@ py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t po
 }
 
 void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, const std::string & signal,
-                     int64_t tail_layers, bool river_head) {
+                     int64_t tail_layers, bool river_head, int64_t exit_vocab) {
     river::ExitConfig config;
     config.thresholds = std::move(thresholds);
     if (signal == "cosine") {
@@ -57,6 +57,7 @@ void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, cons
     }
     config.tail_layers = tail_layers;
     config.river_head = river_head;
+    config.exit_vocab = exit_vocab;
     engine.set_exit(config);
 }
 
@@ -178,7 +179,7 @@ PYBIND11_MODULE(_core, m) {
         .def("check_files", &river::Engine::check_files,
              "Raise RiverError when the backbone or river file changed on disk since it was mapped.")
         .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"),
-             py::arg("river_head"))
+             py::arg("river_head"), py::arg("exit_vocab") = 0)
         .def_property_readonly("last_exit_layers",
                                [](const river::Engine & e) {
                                    const auto & layers = e.last_exit_layers();

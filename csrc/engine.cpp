@@ -20,6 +20,8 @@ constexpr int64_t k_kv_padding = 256;
 // batches); longer ones (prompts) are built for the one use.
 constexpr int64_t k_max_kept_tokens = 32;
 constexpr size_t k_max_kept_graphs = 64;
+// A view of a head's first rows ends at a multiple of this (see head_weights).
+constexpr int64_t k_head_row_group = 32;
 
 // Copies host data into a graph input. An input that no node of this graph reads
 // (the sliding-window mask of a segment of global layers) was never allocated.
@@ -247,6 +249,10 @@ void Engine::set_exit(const ExitConfig & config) {
         throw Error("tail_layers must be in [0, " + std::to_string(hp_.n_layer) + "], got " +
                     std::to_string(config.tail_layers));
     }
+    if (config.exit_vocab < 0 || config.exit_vocab > hp_.n_vocab) {
+        throw Error("exit_vocab must be in [0, " + std::to_string(hp_.n_vocab) + "] (0: all), got " +
+                    std::to_string(config.exit_vocab));
+    }
     for (float t : config.thresholds) {
         if (std::isnan(t)) {
             throw Error("exit thresholds must not be NaN");
@@ -299,13 +305,13 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool us
     }
 }
 
-void Engine::check_logits(const float * logits, int64_t n_rows, int64_t exit_depth) const {
+void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored, int64_t exit_depth) const {
     const int64_t n_vocab = hp_.n_vocab;
     for (int64_t row = 0; row < n_rows; ++row) {
         // an exponent of all ones is Inf or NaN; integer tests vectorize where isfinite's branch would not
         const float * values = logits + row * n_vocab;
         uint32_t bad = 0;
-        for (int64_t i = 0; i < n_vocab; ++i) {
+        for (int64_t i = 0; i < n_scored; ++i) {
             uint32_t bits;
             std::memcpy(&bits, values + i, sizeof(bits));
             bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
@@ -365,8 +371,20 @@ const LayerWeights & Engine::layer_weights(int64_t il, int64_t exit_depth) const
     return on_river ? river_.layers[il] : backbone_.layers[il];
 }
 
-ggml_tensor * Engine::head_weights(int64_t exit_depth) const {
-    return exit_depth < hp_.n_layer && exit_.river_head ? river_.output : backbone_.output;
+ggml_tensor * Engine::head_weights(ggml_context * ctx, int64_t exit_depth) const {
+    ggml_tensor * head = exit_depth < hp_.n_layer && exit_.river_head ? river_.output : backbone_.output;
+    // Its first rows (token ids): a prefix of its data, also in the CPU's repacked
+    // layouts, which interleave groups of up to 16 rows (a view that ends inside a
+    // group computes garbage); read_logits hides the rows past head_vocab.
+    const int64_t n_rows = std::min(GGML_PAD(head_vocab(exit_depth), k_head_row_group), hp_.n_vocab);
+    if (n_rows == hp_.n_vocab) {
+        return head;
+    }
+    return ggml_view_2d(ctx, head, head->ne[0], n_rows, head->nb[1], 0);
+}
+
+int64_t Engine::head_vocab(int64_t exit_depth) const {
+    return exit_depth < hp_.n_layer && exit_.exit_vocab > 0 ? exit_.exit_vocab : hp_.n_vocab;
 }
 
 ggml_tensor * Engine::state_view(ggml_context * ctx, int64_t n_tokens) const {
@@ -453,7 +471,7 @@ void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * c
             // [n_embd, 1]: only the last position needs the (large) head
             inpL = ggml_view_2d(ctx, inpL, hp_.n_embd, 1, inpL->nb[1], inpL->nb[1] * (n_tokens - 1));
         }
-        out.result = build_head(g, backbone_.output_norm, head_weights(seg.exit_depth), inpL);
+        out.result = build_head(g, backbone_.output_norm, head_weights(ctx, seg.exit_depth), inpL);
         ggml_set_output(out.result);
         ggml_build_forward_expand(gf, out.result);
     } else {
@@ -470,6 +488,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     key.exit_depth = seg.exit_depth;
     key.tail_layers = exit_.tail_layers;
     key.river_head = exit_.river_head;
+    key.head_vocab = has_head ? head_vocab(seg.exit_depth) : 0;
     key.similarity = seg.similarity;
     key.signal = static_cast<int>(exit_.signal);
     key.last_only = has_head && last_only;
@@ -506,8 +525,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     if (has_head) {
         kv_->advance(n_tokens);
         if (logits) {
-            ggml_backend_tensor_get(graph.result, logits, 0, ggml_nbytes(graph.result));
-            check_logits(logits, last_only ? 1 : n_tokens, seg.exit_depth);
+            read_logits(graph.result, seg.exit_depth, logits);
         }
     }
     float min_similarity = std::numeric_limits<float>::infinity();
@@ -518,6 +536,21 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     }
     stats_.compute_seconds += seconds_since(computing);
     return min_similarity;
+}
+
+void Engine::read_logits(const ggml_tensor * result, int64_t exit_depth, float * logits) const {
+    const int64_t n_vocab = hp_.n_vocab, n_scored = head_vocab(exit_depth), n_rows = result->ne[1];
+    if (n_scored == n_vocab) {
+        ggml_backend_tensor_get(result, logits, 0, ggml_nbytes(result));
+    } else {
+        // rows of n_vocab: the scored ids, then -inf for the ones left out
+        for (int64_t row = 0; row < n_rows; ++row) {
+            float * out = logits + row * n_vocab;
+            ggml_backend_tensor_get(result, out, row * result->nb[1], n_scored * sizeof(float));
+            std::fill(out + n_scored, out + n_vocab, -std::numeric_limits<float>::infinity());
+        }
+    }
+    check_logits(logits, n_rows, n_scored, exit_depth);
 }
 
 void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const {

@@ -57,6 +57,10 @@ struct ExitConfig {
     StateSignal signal = StateSignal::cosine;
     int64_t tail_layers = 0;   // exited tokens return to the backbone for the last layers
     bool river_head = false;   // exited tokens use the river's low-bit LM head
+    // Exited tokens score only token ids [0, exit_vocab) (0: all); the rest of their
+    // logits are -inf. A draft's head is a large share of its cost, and BPE vocabularies
+    // put frequent tokens first.
+    int64_t exit_vocab = 0;
 };
 
 class Engine {
@@ -144,12 +148,17 @@ private:
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
     float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
     void build_segment(const Segment & seg, bool last_only, ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out);
-    // Throws naming the weight set (by exit depth) when a row holds NaN or Inf.
-    void check_logits(const float * logits, int64_t n_rows, int64_t exit_depth) const;
+    // Copies a head's result into rows of n_vocab logits and checks them.
+    void read_logits(const ggml_tensor * result, int64_t exit_depth, float * logits) const;
+    // Throws naming the weight set (by exit depth) when one of the first n_scored
+    // logits of a row is NaN or Inf.
+    void check_logits(const float * logits, int64_t n_rows, int64_t n_scored, int64_t exit_depth) const;
     // The residual stream carried between segments: [n_embd, n_tokens]
     ggml_tensor * state_view(ggml_context * ctx, int64_t n_tokens) const;
     const LayerWeights & layer_weights(int64_t il, int64_t exit_depth) const;
-    ggml_tensor * head_weights(int64_t exit_depth) const;
+    // The LM head a batch that left at exit_depth scores with, and how many token ids.
+    ggml_tensor * head_weights(ggml_context * ctx, int64_t exit_depth) const;
+    int64_t head_vocab(int64_t exit_depth) const;
 
     std::unique_ptr<GgufFile> file_;
     HParams hp_;

@@ -22,6 +22,7 @@ struct GraphKey {
     int64_t exit_depth = 0;
     int64_t tail_layers = 0;
     bool river_head = false;
+    int64_t head_vocab = 0;   // token ids the head scores (0: the segment has no head)
     bool similarity = false;
     int signal = 0;
     bool last_only = false;

@@ -150,6 +150,7 @@ class RiverModel:
         self.prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
+        self._exit_vocab = 0
         if policy is None:
             policy = DEFAULT.policy if self.has_river else ExitPolicy.never()
         self.policy = policy
@@ -261,8 +262,32 @@ class RiverModel:
         if not self.has_river and any(t != float("inf") for t in thresholds):
             raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
         with self._lock:
-            self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head)
+            self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head, self._exit_vocab)
             self._policy = policy
+
+    @property
+    def exit_vocab(self) -> Optional[int]:
+        """Exited tokens score only token ids [0, exit_vocab) (None: all of them).
+
+        Their other logits are -inf. Backbone tokens always score the whole
+        vocabulary. A speculative draft uses this: the head is a large share of a
+        small draft's cost, and BPE vocabularies put their frequent tokens first.
+        """
+        return self._exit_vocab or None
+
+    @exit_vocab.setter
+    def exit_vocab(self, value: Optional[int]) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= self.n_vocab
+        ):
+            raise ValueError(f"exit_vocab must be None or an integer in [1, {self.n_vocab}], got {value!r}")
+        with self._lock:
+            previous, self._exit_vocab = self._exit_vocab, int(value or 0)
+            try:
+                self.policy = self._policy
+            except BaseException:
+                self._exit_vocab = previous
+                raise
 
     @property
     def last_exit_layers(self) -> np.ndarray:

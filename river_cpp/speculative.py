@@ -31,6 +31,11 @@ from river_cpp.sampling import Sampler
 
 DEFAULT_MAX_DRAFT = 8
 DEFAULT_P_MIN = 0.0
+# The river's head scores only the first this many token ids while drafting. BPE
+# vocabularies number tokens roughly by frequency: on the Qwen2.5 tokenizer the
+# first 32768 ids cover 96% of HumanEval's tokens and 95% of the chat prompts', and
+# skip 78% of a 151936-row head, which is a quarter of a 0.5B draft's bytes.
+DEFAULT_DRAFT_VOCAB = 32768
 
 
 @dataclass(frozen=True)
@@ -47,12 +52,17 @@ class Speculative:
     adaptive: choose each round's length from the running acceptance and the
         measured costs of drafting and verifying (0 when drafting does not pay);
         False always drafts max_draft (or until p_min).
+    draft_vocab: a river draft proposes only token ids below this (its head scores
+        no others; RiverModel.exit_vocab); None: the whole vocabulary. The output
+        stays the backbone's either way: a token the draft cannot propose is the
+        backbone's own next token after a rejection.
     """
 
     draft: Union[str, ExitPolicy, LanguageModel] = "river"
     max_draft: int = DEFAULT_MAX_DRAFT
     p_min: float = DEFAULT_P_MIN
     adaptive: bool = True
+    draft_vocab: Optional[int] = DEFAULT_DRAFT_VOCAB
 
     def __post_init__(self) -> None:
         if isinstance(self.draft, str) and self.draft != "river":
@@ -65,6 +75,12 @@ class Speculative:
             raise ValueError(f"max_draft must be an integer in [1, 64], got {self.max_draft!r}")
         if isinstance(self.p_min, bool) or not isinstance(self.p_min, numbers.Real) or not 0.0 <= self.p_min < 1.0:
             raise ValueError(f"p_min must be a number in [0, 1), got {self.p_min!r}")
+        if self.draft_vocab is not None and (
+            isinstance(self.draft_vocab, bool)
+            or not isinstance(self.draft_vocab, numbers.Integral)
+            or self.draft_vocab < 1
+        ):
+            raise ValueError(f"draft_vocab must be None or a positive integer, got {self.draft_vocab!r}")
 
 
 @dataclass
@@ -99,18 +115,20 @@ class SpeculativeStats:
 class _SharedCacheDraft:
     """The river drafting on the backbone's own cache, under an exit policy."""
 
-    def __init__(self, model: LanguageModel, policy: ExitPolicy) -> None:
+    def __init__(self, model: LanguageModel, policy: ExitPolicy, vocab: Optional[int]) -> None:
         if not getattr(model, "has_river", False):
             raise ValueError("speculative decoding with the river as draft needs a model with a river")
         self.model = model
         self._policy = policy
-        self._saved_policy = model.policy
+        self._vocab = None if vocab is None or vocab >= model.n_vocab else vocab
+        self._saved = (model.policy, model.exit_vocab)
 
     def begin(self, history: Sequence[int]) -> None:
         self.model.policy = self._policy
+        self.model.exit_vocab = self._vocab
 
     def end(self) -> None:
-        self.model.policy = self._saved_policy
+        self.model.policy, self.model.exit_vocab = self._saved
 
     @property
     def n_past(self) -> int:
@@ -155,9 +173,9 @@ class _ModelDraft:
 
 def _draft_source(model: LanguageModel, spec: Speculative) -> Union[_SharedCacheDraft, _ModelDraft]:
     if isinstance(spec.draft, str):
-        return _SharedCacheDraft(model, ExitPolicy.at_layer(0))
+        return _SharedCacheDraft(model, ExitPolicy.at_layer(0), spec.draft_vocab)
     if isinstance(spec.draft, ExitPolicy):
-        return _SharedCacheDraft(model, spec.draft)
+        return _SharedCacheDraft(model, spec.draft, spec.draft_vocab)
     return _ModelDraft(model, spec.draft)
 
 

@@ -145,6 +145,34 @@ def test_similarity_exits_replay_as_forced_route(demo_backbone, monkeypatch):
             np.testing.assert_array_equal(cache[i][0], model.engine.read_kv(il, 0, model.n_past)[0])
 
 
+@pytest.mark.parametrize("head", ["q4_0", False])
+def test_exit_vocab_scores_a_prefix_of_the_vocabulary(demo_backbone, monkeypatch, head):
+    """Exited tokens with exit_vocab K: the first K logits are the full head's, bit for
+    bit, the rest -inf; backbone tokens keep the whole vocabulary. K is not a multiple
+    of the CPU's repacked row groups (a view ending inside a group computed garbage)."""
+    monkeypatch.delenv("RIVER_CPP_CACHE_DIR")
+    options = dict(river="q4_0", river_head=head, n_ctx=128, n_threads=2, progress=False)
+    with RiverModel(demo_backbone, policy=ExitPolicy.at_layer(0), **options) as model:
+        ids = model.tokenize(PROMPT)
+        model.forward(ids, route="backbone")
+        base = model.n_past
+        full = model.forward(ids[:3], route="decode")
+        backbone = model.forward(ids[:3], route="backbone")
+        model.rewind(base)
+        for k in (1001, 17, model.n_vocab - 5):
+            model.exit_vocab = k
+            part = model.forward(ids[:3], route="decode")
+            np.testing.assert_array_equal(part[:, :k], full[:, :k])
+            assert np.isneginf(part[:, k:]).all()
+            np.testing.assert_array_equal(model.forward(ids[:3], route="backbone"), backbone)
+            model.rewind(base)
+        model.exit_vocab = None
+        np.testing.assert_array_equal(model.forward(ids[:3], route="decode"), full)
+        for bad in (0, model.n_vocab + 1, 2.5):
+            with pytest.raises(ValueError, match="exit_vocab"):
+                model.exit_vocab = bad
+
+
 @pytest.mark.parametrize("signal", ["cosine", "update_norm"])
 def test_state_signal_matches_numpy(tiny_llama4, signal):
     """The signal the engine compares with the thresholds, recomputed from numpy states."""

@@ -76,8 +76,9 @@ def assert_backbone_tokens(model: RiverModel, prompt, expected: list[int], got: 
         Speculative(max_draft=4, adaptive=False),
         Speculative(max_draft=3, p_min=0.5, adaptive=False),
         Speculative(draft=ExitPolicy.at_layer(1), max_draft=2, adaptive=False),
+        Speculative(max_draft=4, adaptive=False, draft_vocab=40),
     ],
-    ids=["default", "fixed-4", "p-min", "exit-policy-draft"],
+    ids=["default", "fixed-4", "p-min", "exit-policy-draft", "small-draft-vocab"],
 )
 def test_greedy_speculative_is_the_backbone(model, spec):
     expected = backbone_greedy(model, PROMPT, 40)
@@ -217,18 +218,22 @@ def _exact_joint(model: RiverModel, prompt_ids: list[int]) -> dict:
     return joint
 
 
-@pytest.mark.parametrize("draft_kind", ["river", "other-model"])
+@pytest.mark.parametrize("draft_kind", ["river", "river-small-vocab", "other-model"])
 def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf, draft_kind):
     """2000 seeded speculative samples of (t1, t2): t2 comes out of accept/reject or the
     residual. Chi-square at 0.999 against the backbone's exact joint distribution; the
-    same test rejects the draft's own joint distribution, so it can fail."""
+    same test rejects the draft's own joint distribution, so it can fail. With a small
+    draft vocabulary the tokens it cannot propose come only from the residual."""
     n = 2000
     prompt_ids = model.tokenize(PROMPT, add_bos=True, special=True)
     expected = _exact_joint(model, prompt_ids)
     draft = None
     if draft_kind == "other-model":
         draft = RiverModel(make_tiny_gguf("draft_sampling", seed=11), n_ctx=N_CTX, n_threads=1, river=None)
-    spec = Speculative(draft=draft or "river", max_draft=2, adaptive=False)
+    vocab = model.n_vocab // 2 if draft_kind == "river-small-vocab" else None
+    if vocab is not None:  # the draft cannot propose a good share of the second tokens
+        assert sum(p for (_, t2), p in expected.items() if t2 >= vocab) > 0.1
+    spec = Speculative(draft=draft or "river", max_draft=2, adaptive=False, draft_vocab=vocab)
     observed: dict = {}
     model.reset()
     try:
@@ -313,6 +318,8 @@ def test_fixed_draft_length():
         (dict(p_min=1.0), "p_min"),
         (dict(p_min=float("nan")), "p_min"),
         (dict(draft="tiny"), "draft"),
+        (dict(draft_vocab=0), "draft_vocab"),
+        (dict(draft_vocab=True), "draft_vocab"),
     ],
 )
 def test_invalid_options(options, message):

@@ -79,8 +79,8 @@ def add_signal_taus_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
-    """--speculative, --draft-max and --draft-p-min (generate, eval, humaneval)."""
-    from river_cpp.speculative import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
+    """--speculative, --draft-max, --draft-p-min and --draft-vocab (generate, eval, humaneval)."""
+    from river_cpp.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
 
     group = p.add_argument_group("lossless River (speculative decoding)")
     group.add_argument(
@@ -102,6 +102,13 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         metavar="P",
         help=f"with --speculative: stop a round's draft below this top probability (default {DEFAULT_P_MIN:g}: never)",
     )
+    group.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=DEFAULT_DRAFT_VOCAB,
+        metavar="N",
+        help=f"with --speculative: the river drafts only token ids below N; 0: all (default {DEFAULT_DRAFT_VOCAB})",
+    )
 
 
 def speculative(args: argparse.Namespace):
@@ -113,4 +120,4 @@ def speculative(args: argparse.Namespace):
         return None
     from river_cpp.speculative import Speculative
 
-    return Speculative(max_draft=args.draft_max, p_min=args.draft_p_min)
+    return Speculative(max_draft=args.draft_max, p_min=args.draft_p_min, draft_vocab=args.draft_vocab or None)
