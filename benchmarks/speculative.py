@@ -30,6 +30,7 @@ import numpy as np
 from river_cpp import ExitPolicy, RiverModel, Speculative
 from river_cpp.language_model import LanguageModel
 from river_cpp.measure.ladder import rung_path
+from river_cpp.speculative import DEFAULT_DRAFT_VOCAB
 
 DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data" / "chat_prompts.txt"
 
@@ -68,6 +69,7 @@ class Config:
     generated: int = 0
     identical: int = 0
     compared: int = 0
+    gaps: list = field(default_factory=list)  # top-2 gaps / logit scale where completions diverged
 
     def run(self, prompt: str, n_tokens: int) -> list[int]:
         self.model.reset()
@@ -90,6 +92,17 @@ def _open_peer(path: Path, n_ctx: int, n_threads: int) -> LanguageModel:
     from river_cpp.measure.llama_peer import LlamaCppPeer
 
     return LlamaCppPeer(path, n_ctx=n_ctx, n_threads=n_threads)
+
+
+def divergence_gap(base: RiverModel, prompt: str, reference: list[int], tokens: list[int]) -> float:
+    """The backbone's top-2 logit gap, relative to its logit scale, where `tokens` first
+    leaves `reference` (batched and single-token logits may order a near-tie apart)."""
+    i = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), min(len(reference), len(tokens)))
+    ids = base.tokenize(prompt, add_bos=True, special=True) + reference[:i]
+    base.reset()
+    logits = base.forward(ids, last_only=True, route="backbone")[0]
+    top2 = np.sort(logits)[-2:]
+    return float(top2[1] - top2[0]) / float(np.abs(logits).max())
 
 
 # ---------------------------------------------------------------- costs
@@ -119,8 +132,9 @@ def verify_costs(model: RiverModel, context: list[int], max_n: int, repeats: int
     return {n: _time(functools.partial(verify, n), repeats) for n in range(1, max_n + 1)}
 
 
-def draft_cost(model: RiverModel, context: list[int], repeats: int) -> float:
-    """Seconds of one drafted token: a single-token forward on the whole river."""
+def draft_cost(model: RiverModel, context: list[int], vocab: Optional[int], repeats: int) -> float:
+    """Seconds of one drafted token: a single-token forward on the whole river, its
+    head scoring the first `vocab` token ids (None: all)."""
     model.reset()
     model.forward(context, route="backbone")
     base = model.n_past
@@ -129,12 +143,12 @@ def draft_cost(model: RiverModel, context: list[int], repeats: int) -> float:
         model.forward(context[:1], last_only=True, route="decode")
         model.rewind(base)
 
-    saved = model.policy
-    model.policy = ExitPolicy.at_layer(0)
+    saved = model.policy, model.exit_vocab
+    model.policy, model.exit_vocab = ExitPolicy.at_layer(0), vocab
     try:
         return _time(draft, repeats)
     finally:
-        model.policy = saved
+        model.policy, model.exit_vocab = saved
 
 
 # ---------------------------------------------------------------- main
@@ -160,6 +174,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="also each river at a fixed draft length K (not adaptive)",
     )
     p.add_argument("--p-min", type=float, default=None, help="draft p_min (default: Speculative's)")
+    p.add_argument(
+        "--draft-vocabs",
+        type=int,
+        nargs="+",
+        default=[DEFAULT_DRAFT_VOCAB or 0],
+        metavar="N",
+        help="river draft vocabularies (Speculative.draft_vocab) to compare; 0: all (default 0)",
+    )
     p.add_argument(
         "--peers",
         nargs="*",
@@ -187,13 +209,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for head in args.heads:
             name = river if head == "q8_0" else f"{river} head {head}"
             rivers[name] = RiverModel(backbone, river=river, river_head=head, **load)
-            configs.append(Config(f"lossless {name}", rivers[name], Speculative(**spec_options)))
-            for k in args.fixed:
-                configs.append(
-                    Config(
-                        f"lossless {name} k={k}", rivers[name], Speculative(max_draft=k, adaptive=False, **spec_options)
+            for vocab in args.draft_vocabs:
+                label = name if vocab == (DEFAULT_DRAFT_VOCAB or 0) else f"{name} vocab {vocab or 'all'}"
+                options = dict(spec_options, draft_vocab=vocab or None)
+                configs.append(Config(f"lossless {label}", rivers[name], Speculative(**options)))
+                for k in args.fixed:
+                    configs.append(
+                        Config(
+                            f"lossless {label} k={k}", rivers[name], Speculative(max_draft=k, adaptive=False, **options)
+                        )
                     )
-                )
     if args.draft_model:
         small = RiverModel(args.draft_model, river=None, **load)
         configs.append(Config(f"draft {Path(args.draft_model).name}", base, Speculative(draft=small, **spec_options)))
@@ -204,7 +229,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     context = base.tokenize(prompts[0], add_bos=True, special=True)
     costs = {"verify": verify_costs(base, context, args.max_verify, 5)}
     costs["verify_ratio"] = {n: t / costs["verify"][1] for n, t in costs["verify"].items()}
-    costs["draft_ratio"] = {r: draft_cost(m, context, 9) / costs["verify"][1] for r, m in rivers.items()}
+    costs["draft_ratio"] = {
+        f"{r} vocab {v or 'all'}": draft_cost(m, context, v or None, 9) / costs["verify"][1]
+        for r, m in rivers.items()
+        for v in args.draft_vocabs
+    }
     print("V(n)/V(1):", " ".join(f"{n}:{v:.2f}" for n, v in costs["verify_ratio"].items()))
     print("draft/backbone token:", " ".join(f"{r}:{v:.2f}" for r, v in costs["draft_ratio"].items()))
 
@@ -219,6 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 elif config.speculative is not None:
                     config.compared += 1
                     config.identical += tokens == reference
+                    if tokens != reference:
+                        config.gaps.append(divergence_gap(base, prompt, reference, tokens))
         print(f"round {round_ + 1}/{args.rounds} done", flush=True)
     load_after = os.getloadavg()
 
@@ -233,8 +264,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 acceptance=c.accepted / max(c.drafted, 1),
                 tokens_per_verify=c.generated / max(c.rounds, 1),
                 identical=f"{c.identical}/{c.compared}",
+                divergence_gaps=c.gaps,
             )
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
+            if c.gaps:
+                line += f"  (diverged at top-2 gaps {', '.join(f'{g:.1e}' for g in c.gaps)} of the logit scale)"
         rows.append(row)
         print(line)
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")

@@ -295,6 +295,19 @@ def test_draft_length_stops_drafting_when_it_does_not_pay():
     assert tail.count(0) >= len(tail) - 2  # plain decoding, with a rare probe
 
 
+def test_draft_length_probes_less_often_while_drafting_does_not_pay():
+    """Probes back off (32, 64, then 128 rounds apart) but still notice when drafting
+    starts to pay."""
+    length = DraftLength(8, adaptive=True)
+    costs = dict(draft_cost=0.2, verify_one=1.0, verify_slope=0.1)
+    chosen = _feed(length, rounds=1000, acceptance=0.0, **costs)
+    probes = [i for i, k in enumerate(chosen) if k > 0 and i > 2]
+    assert 8 <= len(probes) <= 10, probes  # 1000 / 128 and the first, shorter waits
+    assert probes[-1] - probes[-2] >= 2 * (probes[1] - probes[0])
+    resumed = _feed(length, rounds=300, acceptance=1.0, **costs)
+    assert min(resumed[-50:]) >= 6
+
+
 def test_draft_length_drafts_long_when_acceptance_is_high():
     length = DraftLength(8, adaptive=True)
     chosen = _feed(length, rounds=60, acceptance=1.0, draft_cost=0.2, verify_one=1.0, verify_slope=0.1)

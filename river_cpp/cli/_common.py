@@ -105,9 +105,9 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--draft-vocab",
         type=int,
-        default=DEFAULT_DRAFT_VOCAB,
+        default=DEFAULT_DRAFT_VOCAB or 0,
         metavar="N",
-        help=f"with --speculative: the river drafts only token ids below N; 0: all (default {DEFAULT_DRAFT_VOCAB})",
+        help="with --speculative: the river drafts only token ids below N; 0: all (default 0)",
     )
 
 
