@@ -215,6 +215,7 @@ class DraftLength:
         self._draft: deque[float] = deque(maxlen=self._WINDOW)  # seconds per drafted token
         self._verify: dict[int, deque[float]] = {}  # positions -> seconds per verify
         self._rounds = 0
+        self._drafted_round = 0  # the last round that drafted
         self._plain_rounds = 0
         self._probe_every = self._PROBE_EVERY
 
@@ -253,8 +254,12 @@ class DraftLength:
         if n_drafted:
             # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
             offered = n_accepted + (1 if n_accepted < n_drafted else 0)
-            self._accepted = self._DECAY * self._accepted + n_accepted
-            self._offered = self._DECAY * self._offered + offered
+            # The past fades with every round, plain ones included: a probe after a long
+            # plain stretch speaks for the text as it is now.
+            fade = self._DECAY ** (self._rounds - self._drafted_round)
+            self._accepted = fade * self._accepted + n_accepted
+            self._offered = fade * self._offered + offered
+            self._drafted_round = self._rounds
 
     def _verify_costs(self, sizes: range) -> dict[int, float]:
         """Seconds to verify each of `sizes` positions: the recent median where that size
