@@ -9,8 +9,11 @@ Two parts, both on `-t` threads:
    drafted token of each river (its own Q8_0 head) relative to one backbone token.
 2. Decode speed: every configuration generates the same greedy continuation of each
    prompt (`-n` tokens), configurations interleaved per prompt, `-r` rounds. Lossless
-   rows also report acceptance, tokens per verify, and whether every completion was
-   token-identical to the backbone's.
+   rows also report acceptance, tokens per verify, whether every completion was
+   token-identical to the backbone's (and, where one was not, the backbone's top-2
+   logit gap at the first difference, relative to its logit scale), and the costs
+   measured inside the loop: seconds per drafted token and per verify round, in
+   tokens of our backbone's plain decode in the same run.
 Ratios are to our backbone in the same run. Say the machine's load with the numbers.
 """
 
@@ -70,6 +73,9 @@ class Config:
     identical: int = 0
     compared: int = 0
     gaps: list = field(default_factory=list)  # top-2 gaps / logit scale where completions diverged
+    draft_forwards: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
 
     def run(self, prompt: str, n_tokens: int) -> list[int]:
         self.model.reset()
@@ -81,6 +87,9 @@ class Config:
             self.accepted += result.speculative.accepted
             self.rounds += result.speculative.rounds
             self.generated += result.speculative.generated
+            self.draft_forwards += result.speculative.draft_forwards
+            self.draft_seconds += result.speculative.draft_seconds
+            self.verify_seconds += result.speculative.verify_seconds
         return result.token_ids
 
     @property
@@ -255,7 +264,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     rows = []
     base_speed = configs[0].tokens_per_second
-    print(f"\n{'configuration':34} {'tok/s':>8} {'ratio':>6} {'accept':>7} {'tok/verify':>10} {'identical':>9}")
+    print(
+        f"\n{'configuration':34} {'tok/s':>8} {'ratio':>6} {'accept':>7} {'tok/verify':>10} {'identical':>9}"
+        f" {'draft':>6} {'verify':>7}"
+    )
     for c in configs:
         row = {"name": c.name, "tokens_per_second": c.tokens_per_second, "ratio": c.tokens_per_second / base_speed}
         line = f"{c.name:34} {c.tokens_per_second:8.1f} {row['ratio']:6.2f}"
@@ -265,8 +277,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 tokens_per_verify=c.generated / max(c.rounds, 1),
                 identical=f"{c.identical}/{c.compared}",
                 divergence_gaps=c.gaps,
+                # in-loop costs, relative to one token of our backbone's plain decode
+                draft_cost=c.draft_seconds / max(c.draft_forwards, 1) * base_speed,
+                verify_cost=c.verify_seconds / max(c.rounds, 1) * base_speed,
             )
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
+            line += f" {row['draft_cost']:6.2f} {row['verify_cost']:7.2f}"
             if c.gaps:
                 line += f"  (diverged at top-2 gaps {', '.join(f'{g:.1e}' for g in c.gaps)} of the logit scale)"
         rows.append(row)

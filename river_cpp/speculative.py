@@ -92,6 +92,9 @@ class SpeculativeStats:
     drafted: int = 0  # tokens the draft proposed
     accepted: int = 0  # drafted tokens the backbone kept
     generated: int = 0  # tokens the rounds produced (accepted + the backbone's own)
+    draft_forwards: int = 0  # single-token forwards of the draft
+    draft_seconds: float = 0.0  # spent drafting (forwards and choosing the drafted tokens)
+    verify_seconds: float = 0.0  # spent verifying (the backbone's forwards and the comparisons)
 
     @property
     def acceptance_rate(self) -> float:
@@ -395,6 +398,9 @@ def speculative_step(
             stats.drafted += len(drafts)
             stats.accepted += n_accepted
             stats.generated += len(new)
+            stats.draft_forwards += forwards
+            stats.draft_seconds += drafted_at - began
+            stats.verify_seconds += verified_at - drafted_at
             for j, token in enumerate(new):
                 history.append(token)
                 yield Step(token, verify_logits[j], n_layer)
