@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 import pytest
@@ -268,9 +269,18 @@ def test_the_sampling_test_can_fail(model, make_tiny_gguf):
 
 
 def _feed(
-    length: DraftLength, *, rounds: int, acceptance: float, draft_cost: float, verify_one: float, verify_slope: float
+    length: DraftLength,
+    *,
+    rounds: int,
+    acceptance: float,
+    draft_cost: float,
+    verify_one: float = 1.0,
+    verify_slope: float = 0.0,
+    verify: Optional[Callable[[int], float]] = None,
 ) -> list[int]:
-    """Simulated rounds with deterministic costs; the lengths chosen."""
+    """Simulated rounds with deterministic costs; the lengths chosen. The verify of n
+    positions costs verify(n), or verify_one * (1 + verify_slope * (n - 1))."""
+    verify = verify or (lambda n: verify_one * (1 + verify_slope * (n - 1)))
     chosen = []
     for _ in range(rounds):
         k = length.next(room=1000)
@@ -282,7 +292,7 @@ def _feed(
             n_drafted=k,
             n_accepted=min(accepted, k),
             draft_seconds=k * draft_cost,
-            verify_seconds=verify_one * (1 + verify_slope * k),
+            verify_seconds=verify(k + 1),
             draft_forwards=k,
         )
     return chosen
@@ -312,6 +322,17 @@ def test_draft_length_drafts_long_when_acceptance_is_high():
     length = DraftLength(8, adaptive=True)
     chosen = _feed(length, rounds=60, acceptance=1.0, draft_cost=0.2, verify_one=1.0, verify_slope=0.1)
     assert min(chosen[20:]) >= 6
+
+
+def test_draft_length_finds_long_drafts_behind_a_step_in_the_verify_cost():
+    """Measured verify costs step up from 1 position to 2 and then flatten (0.5B F16:
+    1.6-1.8x, then barely more up to 5). Extrapolating the first sizes must not keep
+    the length short: here 8 drafted tokens give the most tokens per second."""
+    length = DraftLength(8, adaptive=True)
+    chosen = _feed(
+        length, rounds=80, acceptance=0.95, draft_cost=0.4, verify=lambda n: 1.0 if n == 1 else 1.7 + 0.05 * (n - 2)
+    )
+    assert min(chosen[30:]) >= 6, chosen
 
 
 def test_fixed_draft_length():
