@@ -191,8 +191,8 @@ class DraftLength:
 
     With per-token acceptance a, k drafted tokens yield (1 - a^(k+1)) / (1 - a)
     tokens on average and cost k drafts plus one verify of k+1 positions. Drafts
-    and verifies are timed as they run (medians of recent rounds; verify time fitted
-    as a line in the batch size), and the k with the most tokens per second wins; k = 0 is plain
+    and verifies are timed as they run (medians of recent rounds, per verify size),
+    and the k with the most tokens per second wins; k = 0 is plain
     decoding, so a prompt the draft cannot follow falls back to it, trying a one-token
     draft now and then to notice when drafting pays again. Each probe that finds it
     still does not pay doubles the wait before the next: a probe costs more than the
@@ -272,11 +272,11 @@ class DraftLength:
         """Seconds to verify each of `sizes` positions: the recent median where that size
         was verified; between two verified sizes, the line joining them; past the
         largest, its cost plus an optimistic slope per position (the smaller of
-        _PRIOR_VERIFY_SLOPE and the last measured step). Measured
-        curves step and flatten (2 positions cost 1.6-1.8x one, 5 barely more than 3 on
-        the 0.5B model): a line fitted through the small sizes overstated the long ones,
-        so they were never tried. An optimistic guess is tried once and then known.
-        Computed once per decision: this runs every round."""
+        _PRIOR_VERIFY_SLOPE and the last measured step). Measured curves step and
+        flatten (2 positions cost 1.6-1.8x one, 5 barely more than 3 on the 0.5B
+        model): a line fitted through the small sizes overstated the long ones, so they
+        were never tried. An optimistic guess is tried once and then known. Computed
+        once per decision: this runs every round."""
         medians = {size: float(np.median(times)) for size, times in sorted(self._verify.items())}
         known = list(medians)
         slope = self._PRIOR_VERIFY_SLOPE * medians[known[0]] / known[0]
