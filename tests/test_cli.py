@@ -166,3 +166,21 @@ def test_eval_errors_are_one_line(tiny_llama4, options, message, capsys):
     assert main(["eval", "--model", str(tiny_llama4), "--ladder", "none", *options]) == 1
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("river-cpp: error:") and message in err
+
+
+def test_generate_speculative_options(tiny_llama4, capsys):
+    argv = ["generate", "Hello", "--model", str(tiny_llama4), "-n", "6", "--speculative", "--draft-max", "3"]
+    assert main([*argv, "--draft-vocab", "50", "--draft-p-min", "0.2"]) == 0
+    assert "speculative:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, expected", [([], None), (["--draft-vocab", "0"], None), (["--draft-vocab", "50"], 50)])
+def test_draft_vocab_option(given, expected):
+    import argparse
+
+    from river_cpp.cli._common import add_speculative_arguments, speculative
+
+    parser = argparse.ArgumentParser()
+    add_speculative_arguments(parser)
+    spec = speculative(parser.parse_args(["--speculative", *given]))
+    assert spec.draft_vocab == expected
