@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, Union
@@ -310,6 +311,33 @@ class DraftLength:
         return best_k
 
 
+# What each model has learned of its drafts' costs and acceptance, kept from one
+# generation to the next (weakly: it goes with the model). A chat is many short
+# generations; learning the costs afresh in each (a plain step, a first draft,
+# exploring lengths, probing) cost the demo model several percent of its speed.
+_learned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MAX_LEARNED_PER_MODEL = 16
+
+
+def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> DraftLength:
+    """The DraftLength that `model` keeps for drafting as `spec` says (a new one for a
+    fixed length): per draft, draft length, thread count, and greedy or sampled."""
+    if not spec.adaptive:
+        return DraftLength(spec.max_draft, adaptive=False)
+    if isinstance(spec.draft, ExitPolicy):
+        draft: object = (tuple(spec.draft.resolve(model.n_layer)), spec.draft.signal)
+    else:
+        draft = spec.draft if isinstance(spec.draft, str) else id(spec.draft)
+    key = (draft, spec.max_draft, spec.p_min, spec.draft_vocab, getattr(model, "n_threads", None), greedy)
+    try:
+        per_model = _learned.setdefault(model, {})
+    except TypeError:  # a model that takes no weak references learns per generation
+        return DraftLength(spec.max_draft, adaptive=True)
+    if key not in per_model and len(per_model) >= _MAX_LEARNED_PER_MODEL:
+        per_model.clear()  # drafts made per request (new draft models) must not pile up
+    return per_model.setdefault(key, DraftLength(spec.max_draft, adaptive=True))
+
+
 # ---------------------------------------------------------------- the loop
 
 
@@ -353,7 +381,7 @@ def speculative_step(
     draft = _draft_source(model, spec)
     greedy = sampler.params.temperature == 0.0
     n_layer, n_vocab = model.n_layer, model.n_vocab
-    lengths = DraftLength(spec.max_draft, spec.adaptive)
+    lengths = draft_length_for(model, spec, greedy)
     history = list(prompt_ids)
     draft.begin(history)
     try:

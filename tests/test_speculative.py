@@ -19,7 +19,7 @@ import pytest
 
 from river_cpp import ExitPolicy, RiverModel, Speculative
 from river_cpp.sampling import Sampler, SamplingParams
-from river_cpp.speculative import DraftLength
+from river_cpp.speculative import DraftLength, draft_length_for
 
 PROMPT = "The quick brown fox"
 N_CTX = 128
@@ -333,6 +333,24 @@ def test_draft_length_finds_long_drafts_behind_a_step_in_the_verify_cost():
         length, rounds=80, acceptance=0.95, draft_cost=0.4, verify=lambda n: 1.0 if n == 1 else 1.7 + 0.05 * (n - 2)
     )
     assert min(chosen[30:]) >= 6, chosen
+
+
+def test_draft_length_is_learned_once_per_model_and_draft(model, tiny_llama):
+    """A second generation starts from the costs and acceptance the first one learned;
+    another draft length, thread count or model learns its own; a fixed length keeps
+    nothing."""
+    spec = Speculative(max_draft=4)
+    model.reset()
+    model.generate(PROMPT, max_tokens=12, speculative=spec)
+    learned = draft_length_for(model, spec, greedy=True)
+    assert learned._rounds > 0
+    assert draft_length_for(model, Speculative(max_draft=4), greedy=True) is learned
+    assert draft_length_for(model, Speculative(max_draft=5), greedy=True) is not learned
+    assert draft_length_for(model, spec, greedy=False) is not learned
+    fixed = Speculative(max_draft=4, adaptive=False)
+    assert draft_length_for(model, fixed, greedy=True) is not draft_length_for(model, fixed, greedy=True)
+    with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river="q4_0") as other:
+        assert draft_length_for(other, spec, greedy=True) is not learned
 
 
 def test_fixed_draft_length():
