@@ -80,9 +80,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"river-cpp: error: {error}", file=sys.stderr)
         return 1
     path = Path(model_path(args.model))
-    taus = args.tau if args.tau is not None else ([] if args.policy else [0.98])
-    configs = [backbone_config()] + [river_at_tau(tau, river=args.river, min_layer=args.min_layer) for tau in taus]
-    configs += [RiverConfig(f"river {Path(f).stem}", ExitPolicy.load(f), river=args.river) for f in args.policy]
+    lossless = speculative(args)
+    if lossless is not None:
+        if args.tau is not None or args.policy:
+            print(
+                "river-cpp: error: --speculative drafts with the whole river: --tau and --policy do not apply",
+                file=sys.stderr,
+            )
+            return 2
+        # every river row would be the same lossless one: the river drafts, whatever the policy
+        configs = [
+            backbone_config(),
+            RiverConfig(f"lossless River ({args.river} draft)", ExitPolicy.never(), river=args.river),
+        ]
+    else:
+        taus = args.tau if args.tau is not None else ([] if args.policy else [0.98])
+        configs = [backbone_config()] + [river_at_tau(tau, river=args.river, min_layer=args.min_layer) for tau in taus]
+        configs += [RiverConfig(f"river {Path(f).stem}", ExitPolicy.load(f), river=args.river) for f in args.policy]
     targets = [he.Target.river(c) for c in configs]
     for rung in (rung.upper() for rung in choices(args.peers, ["Q4_K_M", "Q8_0"])):
         targets.append(he.Target.llama_cpp(rung, rung_path(path, rung)))
@@ -102,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         problems,
         max_tokens=args.max_tokens,
         timeout=args.timeout,
-        speculative=speculative(args),
+        speculative=lossless,
         n_threads=args.threads,
         progress=progress,
         on_config=on_config,

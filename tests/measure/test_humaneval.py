@@ -259,3 +259,19 @@ def test_the_table_pairs_each_row_with_the_backbone():
     rows = report.table().splitlines()
     assert rows[2] == "| backbone | 2/3 | 66.7% |  |  |  |"
     assert rows[3] == "| river | 2/3 | 66.7% | 7.5 / 24 | +1 / -1 | 1/3 |"
+
+
+def test_speculative_runs_one_lossless_row_with_the_backbones_completions(
+    tiny_llama4, river_cache, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(he, "load_problems", lambda: list(FAKE_PROBLEMS))
+    out = tmp_path / "humaneval.json"
+    argv = ["humaneval", "-m", str(tiny_llama4), "--peers", "none", "--problems", "2", "--max-tokens", "8", "-t", "1"]
+    assert main([*argv, "--speculative", "--river", "q8_0", "--json", str(out)]) == 0
+    by_name = {c["name"]: c for c in json.loads(out.read_text())["configs"]}
+    assert list(by_name) == ["backbone", "lossless River (q8_0 draft)"]
+    completions = [[p["completion"] for p in c["problems"]] for c in by_name.values()]
+    assert completions[0] == completions[1]
+    capsys.readouterr()
+    assert main([*argv, "--speculative", "--tau", "0.9"]) == 2
+    assert "--tau and --policy do not apply" in capsys.readouterr().err
