@@ -303,7 +303,10 @@ class DraftLength:
         draft_seconds = float(np.median(self._draft))
         verify = self._verify_costs(range(1, self.max_draft + 2))
         best_k, best_rate = 0, (1.0 + self._MIN_GAIN) / verify[1]
-        for k in range(1, self.max_draft + 1):
+        # Explore at most twice the longest draft verified so far: a guessed cost past it
+        # is optimistic, and a wrong guess of 8 drafts cost the demo model 7 tokens' time.
+        longest = max(self._verify) - 1
+        for k in range(1, min(self.max_draft, max(2, 2 * longest)) + 1):
             expected = (1 - a ** (k + 1)) / (1 - a)
             rate = expected / (k * draft_seconds + verify[k + 1])
             if rate > best_rate:

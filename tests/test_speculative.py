@@ -353,6 +353,14 @@ def test_draft_length_is_learned_once_per_model_and_draft(model, tiny_llama):
         assert draft_length_for(other, spec, greedy=True) is not learned
 
 
+def test_draft_length_grows_at_most_twofold_into_unmeasured_lengths():
+    """A free verify and a cheap, always accepted draft: the length doubles (2, 4, 8)
+    instead of jumping to the longest on an optimistic guess."""
+    length = DraftLength(8, adaptive=True)
+    chosen = _feed(length, rounds=6, acceptance=1.0, draft_cost=0.05, verify=lambda n: 1.0)
+    assert chosen[:4] == [0, 2, 4, 8], chosen
+
+
 def test_fixed_draft_length():
     length = DraftLength(5, adaptive=False)
     assert [length.next(room=100) for _ in range(3)] == [5, 5, 5]
