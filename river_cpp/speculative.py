@@ -236,8 +236,8 @@ class DraftLength:
         self._rounds += 1
         if not self.adaptive:
             return min(self.max_draft, room)
-        if self._rounds == 1:
-            k = 0  # a plain step first: the cost of one backbone token
+        if 1 not in self._verify:
+            k = 0  # a plain step first: the cost of one backbone token, which estimates rest on
         elif not self._draft:
             k = min(self._FIRST_DRAFT, self.max_draft)
         else:
@@ -279,8 +279,8 @@ class DraftLength:
         were never tried. An optimistic guess is tried once and then known. Computed
         once per decision: this runs every round."""
         medians = {size: float(np.median(times)) for size, times in sorted(self._verify.items())}
-        known = list(medians)
-        slope = self._PRIOR_VERIFY_SLOPE * medians[known[0]] / known[0]
+        known = list(medians)  # starts with 1: next() verifies one position before drafting
+        slope = self._PRIOR_VERIFY_SLOPE * medians[1]
         if len(known) > 1:  # the last measured step, where it is smaller
             step = (medians[known[-1]] - medians[known[-2]]) / (known[-1] - known[-2])
             slope = min(slope, max(step, 0.0))
@@ -290,8 +290,6 @@ class DraftLength:
                 costs[n] = medians[n]
             elif n > known[-1]:
                 costs[n] = medians[known[-1]] + slope * (n - known[-1])
-            elif n < known[0]:
-                costs[n] = medians[known[0]] * n / known[0]
             else:
                 lo = max(k for k in known if k < n)
                 hi = min(k for k in known if k > n)
