@@ -1,0 +1,208 @@
+"""Replay the adaptive draft length on recorded acceptance, with measured costs.
+
+    python benchmarks/draft_replay.py -m BACKBONE.gguf --river q4_0 --prompts chat \\
+        -n 128 -t 2 --trace trace.json          # record (runs the models)
+    python benchmarks/draft_replay.py --trace trace.json --replays 20   # replay only
+
+A speed run of lossless River measures one draft-length policy on one day's machine;
+its noise (the shared machine's, and the acceptance's) hides whether a change to
+DraftLength helps. This records what decides the policy's worth once, then replays
+the policy many times in milliseconds:
+
+- the backbone's greedy continuation of each prompt, and at every position how many
+  drafted tokens in a row the river would have got accepted there (up to --max-run),
+  drafting on the shared cache exactly as the loop does;
+- the measured costs: seconds per drafted token, and of verifying n positions, each a
+  list of single timings, so the replay draws from their real spread (stalls included).
+
+The replay runs river_cpp.speculative.DraftLength over the prompts in turn (it keeps
+what it learned, as a model does), `--replays` times with fresh draws, and prints
+tokens/s relative to plain decoding, with every fixed length as the control.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from river_cpp import ExitPolicy, RiverModel
+from river_cpp.speculative import DraftLength
+
+# ---------------------------------------------------------------- recording
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int) -> dict:
+    """The backbone's greedy tokens after `prompt_ids`, the river's accepted run
+    length at each of them, and single timings of drafts and one-position verifies."""
+    saved = model.policy
+    model.reset()
+    model.policy = ExitPolicy.never()
+    try:
+        result = model.generate(prompt_ids, max_tokens=n_tokens)
+        tokens = list(prompt_ids) + list(result.token_ids)
+        model.reset()
+        model.forward(tokens[: len(prompt_ids) - 1], route="backbone")
+        runs, draft_times, verify_times = [], [], []
+        for p in range(len(prompt_ids) - 1, len(tokens) - 1):
+            # State: the backbone's rows for tokens[:p] are cached; tokens[p] is the last accepted.
+            model.policy = ExitPolicy.at_layer(0)
+            run, last = 0, tokens[p]
+            while run < max_run and p + run + 1 < len(tokens):
+                began = time.perf_counter()
+                drafted = int(np.argmax(model.forward([last], last_only=True, route="decode")[0]))
+                draft_times.append(time.perf_counter() - began)
+                if drafted != tokens[p + run + 1]:
+                    break
+                run, last = run + 1, drafted
+            runs.append(run)
+            model.policy = saved
+            model.rewind(p)
+            verify_times.append(_timed(functools.partial(model.forward, [tokens[p]], route="backbone")))
+    finally:
+        model.policy = saved
+    return {"n_prompt": len(prompt_ids), "runs": runs, "draft": draft_times, "verify_1": verify_times}
+
+
+def verify_curve(model: RiverModel, context: list[int], max_n: int, repeats: int) -> dict[int, list[float]]:
+    """Single timings of one backbone forward of n = 1..max_n positions after `context`,
+    interleaved."""
+    model.reset()
+    model.forward(context, route="backbone")
+    base = model.n_past
+    ids = context[1 : max_n + 1]
+    times: dict[int, list[float]] = {n: [] for n in range(1, max_n + 1)}
+    for _ in range(repeats):
+        for n in times:
+            times[n].append(_timed(functools.partial(model.forward, ids[:n], route="backbone")))
+            model.rewind(base)
+    return times
+
+
+# ---------------------------------------------------------------- replay
+
+
+class Costs:
+    """Draws of measured timings: a drafted token, and a verify of n positions (a
+    one-position draw scaled by the measured curve's median ratio V(n)/V(1))."""
+
+    def __init__(self, trace: dict, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.draft = np.concatenate([np.asarray(t["draft"]) for t in trace["prompts"]])
+        self.verify_1 = np.concatenate([np.asarray(t["verify_1"]) for t in trace["prompts"]])
+        curve = {int(n): float(np.median(v)) for n, v in trace["verify"].items()}
+        self.ratio = {n: t / curve[1] for n, t in curve.items()}
+
+    def drafts(self, k: int) -> float:
+        return float(self.rng.choice(self.draft, size=k).sum()) if k else 0.0
+
+    def verify(self, n: int) -> float:
+        return float(self.rng.choice(self.verify_1)) * self.ratio[min(n, max(self.ratio))]
+
+
+def replay(trace: dict, costs: Costs, length: DraftLength, fixed: Optional[int] = None) -> tuple[int, float]:
+    """Tokens and seconds of decoding every prompt of `trace` with `length` choosing each
+    round's draft length (or always `fixed`)."""
+    tokens, seconds = 0, 0.0
+    for prompt in trace["prompts"]:
+        runs = prompt["runs"]
+        p = 0
+        while p < len(runs):
+            room = len(runs) - p - 1
+            k = min(fixed, room) if fixed is not None else length.next(room=room)
+            accepted = min(k, runs[p])
+            draft_s, verify_s = costs.drafts(k), costs.verify(k + 1)
+            if fixed is None:
+                length.observe(
+                    n_drafted=k,
+                    n_accepted=accepted,
+                    draft_seconds=draft_s,
+                    verify_seconds=verify_s,
+                    draft_forwards=k,
+                )
+            p += accepted + 1
+            tokens += accepted + 1
+            seconds += draft_s + verify_s
+    return tokens, seconds
+
+
+def summarize(trace: dict, replays: int, max_draft: int, seed: int) -> dict:
+    """Tokens/s of the adaptive length (each replay) and of every fixed length (mean
+    over replays), relative to plain decoding replayed with the same draws."""
+    costs = Costs(trace, np.random.default_rng(seed))
+
+    def rate(length: DraftLength, fixed: Optional[int] = None) -> float:
+        n, s = replay(trace, costs, length, fixed)
+        return n / s
+
+    fixed = {k: [rate(DraftLength(max_draft, adaptive=False), k) for _ in range(replays)] for k in range(max_draft + 1)}
+    plain = float(np.mean(fixed[0]))
+    runs = np.concatenate([np.asarray(t["runs"]) for t in trace["prompts"]])
+    return {
+        "adaptive": [rate(DraftLength(max_draft, adaptive=True)) / plain for _ in range(replays)],
+        "fixed": {k: float(np.mean(r)) / plain for k, r in fixed.items()},
+        "acceptance_at_1": float(np.mean(runs >= 1)),
+        "draft_cost": float(np.median(costs.draft) / np.median(costs.verify_1)),
+        "verify_ratio": {n: round(r, 2) for n, r in costs.ratio.items()},
+    }
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--model", help="backbone GGUF: record a trace (without it, replay --trace)")
+    p.add_argument("--river", default="q4_0")
+    p.add_argument("--head", default="q4_0", help="the river's LM head type (default q4_0)")
+    p.add_argument("--prompts", choices=["chat", "humaneval"], default="chat")
+    p.add_argument("--n-prompts", type=int, default=4)
+    p.add_argument("-n", "--n-tokens", type=int, default=128)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--max-run", type=int, default=16, help="longest accepted run recorded per position")
+    p.add_argument("--trace", required=True, help="trace JSON: written when recording, read when replaying")
+    p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--max-draft", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+
+    if args.model:
+        from speculative import chat_prompts, humaneval_prompts
+
+        model = RiverModel(args.model, river=args.river, river_head=args.head, n_ctx=2048, n_threads=args.threads)
+        texts = chat_prompts(model, args.n_prompts) if args.prompts == "chat" else humaneval_prompts(args.n_prompts)
+        prompts = [model.tokenize(t, add_bos=True, special=True) for t in texts]
+        trace = {
+            "model": Path(args.model).name,
+            "river": args.river,
+            "head": args.head,
+            "prompts_kind": args.prompts,
+            "threads": args.threads,
+            "verify": verify_curve(model, prompts[0], 16, 9),
+            "prompts": [record(model, ids, args.n_tokens, args.max_run) for ids in prompts],
+        }
+        Path(args.trace).write_text(json.dumps(trace))
+    trace = json.loads(Path(args.trace).read_text())
+    result = summarize(trace, args.replays, args.max_draft, args.seed)
+    adaptive = np.asarray(result["adaptive"])
+    print(f"{trace['model']} {trace['river']} river ({trace['prompts_kind']}), {len(trace['prompts'])} prompts")
+    print(f"  acceptance of a 1-token draft {result['acceptance_at_1']:.2f}, draft cost {result['draft_cost']:.2f}")
+    print(f"  V(n)/V(1): {result['verify_ratio']}")
+    print(f"  adaptive: mean {adaptive.mean():.3f}x, min {adaptive.min():.3f}x, max {adaptive.max():.3f}x")
+    print("  fixed k:  " + "  ".join(f"{k}: {r:.3f}x" for k, r in result["fixed"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
