@@ -212,6 +212,7 @@ class DraftLength:
     # a wrong plain step (the demo model lost 6-7% that way at a predicted break-even).
     _MIN_GAIN = 0.05
     _PRIOR_VERIFY_SLOPE = 0.25  # extra verify cost per position past those measured, relative to one
+    _TRUSTED_TIMINGS = 3  # timings of a verify size before its median alone is its cost
 
     def __init__(self, max_draft: int, adaptive: bool) -> None:
         self.max_draft = max_draft
@@ -270,16 +271,31 @@ class DraftLength:
             self._drafted_round = self._rounds
 
     def _verify_costs(self, sizes: range) -> dict[int, float]:
-        """Seconds to verify each of `sizes` positions: the recent median where that size
-        was verified; between two verified sizes, the line joining them; past the
-        largest, its cost plus an optimistic slope per position (the smaller of
-        _PRIOR_VERIFY_SLOPE and the last measured step). Measured curves step and
-        flatten (2 positions cost 1.6-1.8x one, 5 barely more than 3 on the 0.5B
-        model): a line fitted through the small sizes overstated the long ones, so they
-        were never tried. An optimistic guess is tried once and then known. Computed
-        once per decision: this runs every round."""
+        """Seconds to verify each of `sizes` positions: the more optimistic of two
+        curves (_curve), one through every verified size's recent median, one through
+        only the sizes verified at least _TRUSTED_TIMINGS times (and one position, which
+        every estimate rests on). A first verify may meet a stall of the machine, and
+        one slow timing must not rule its size out for good (replayed on a recorded
+        0.5B HumanEval trace, that kept a run at plain decoding to its end); an
+        optimistic guess is tried and then known. Computed once per decision."""
         medians = {size: float(np.median(times)) for size, times in sorted(self._verify.items())}
-        known = list(medians)  # starts with 1: next() verifies one position before drafting
+        trusted = {
+            size: medians[size]
+            for size, times in self._verify.items()
+            if size == 1 or len(times) >= self._TRUSTED_TIMINGS
+        }
+        every, sure = self._curve(medians, sizes), self._curve(dict(sorted(trusted.items())), sizes)
+        return {n: min(every[n], sure[n]) for n in sizes}
+
+    def _curve(self, medians: dict[int, float], sizes: range) -> dict[int, float]:
+        """Verify seconds of `sizes` from the medians of some measured sizes (sorted,
+        1 among them): a measured size costs its median; between two, the line joining
+        them; past the largest, its cost plus an optimistic slope per position (the
+        smaller of _PRIOR_VERIFY_SLOPE and the last measured step). Measured curves
+        step and flatten (2 positions cost 1.6-1.8x one, 5 barely more than 3 on the
+        0.5B model): a line fitted through the small sizes overstated the long ones, so
+        they were never tried."""
+        known = list(medians)
         slope = self._PRIOR_VERIFY_SLOPE * medians[1]
         if len(known) > 1:  # the last measured step, where it is smaller
             step = (medians[known[-1]] - medians[known[-2]]) / (known[-1] - known[-2])

@@ -335,6 +335,22 @@ def test_draft_length_finds_long_drafts_behind_a_step_in_the_verify_cost():
     assert min(chosen[30:]) >= 6, chosen
 
 
+def test_draft_length_tries_a_size_again_after_one_slow_verify():
+    """One stalled verify (another process, a page fault) must not rule its size out
+    for good: with a cheap draft that is always accepted, drafting goes on."""
+    length = DraftLength(8, adaptive=True)
+    stalled: list[int] = []
+
+    def verify(n: int) -> float:
+        if n > 1 and not stalled:
+            stalled.append(n)
+            return 20.0
+        return 1.0 + 0.1 * (n - 1)
+
+    chosen = _feed(length, rounds=40, acceptance=1.0, draft_cost=0.2, verify=verify)
+    assert stalled and min(chosen[5:]) >= 4, chosen
+
+
 def test_draft_length_is_learned_once_per_model_and_draft(model, tiny_llama):
     """A second generation starts from the costs and acceptance the first one learned;
     another draft length, thread count or model learns its own; a fixed length keeps
