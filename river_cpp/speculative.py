@@ -21,6 +21,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
+from statistics import median
 from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -278,7 +279,7 @@ class DraftLength:
         one slow timing must not rule its size out for good (replayed on a recorded
         0.5B HumanEval trace, that kept a run at plain decoding to its end); an
         optimistic guess is tried and then known. Computed once per decision."""
-        medians = {size: float(np.median(times)) for size, times in sorted(self._verify.items())}
+        medians = {size: median(times) for size, times in sorted(self._verify.items())}
         trusted = {
             size: medians[size]
             for size, times in self._verify.items()
@@ -314,7 +315,7 @@ class DraftLength:
 
     def _best_length(self) -> int:
         a = min(self.acceptance, 0.999)
-        draft_seconds = float(np.median(self._draft))
+        draft_seconds = median(self._draft)
         verify = self._verify_costs(range(1, self.max_draft + 2))
         best_k, best_rate = 0, (1.0 + self._MIN_GAIN) / verify[1]
         # Explore at most twice the longest draft verified so far: a guessed cost past it
