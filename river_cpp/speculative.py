@@ -202,7 +202,8 @@ class DraftLength:
     alone cost 3-4% of its speed.
     """
 
-    _DECAY = 0.9  # weight of the past in the running acceptance, per round
+    _DECAY = 0.9  # weight of the past in the running acceptance, per drafting round
+    _PLAIN_DECAY = 0.97  # ... and per plain round
     _WINDOW = 9  # recent timings kept per cost
     _FIRST_DRAFT = 2  # the first drafting round's length, which measures the draft's cost
     _PROBE_EVERY = 32  # rounds of plain decoding before the first probing draft
@@ -264,9 +265,13 @@ class DraftLength:
         if n_drafted:
             # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
             offered = n_accepted + (1 if n_accepted < n_drafted else 0)
-            # The past fades with every round, plain ones included: a probe after a long
-            # plain stretch speaks for the text as it is now.
-            fade = self._DECAY ** (self._rounds - self._drafted_round)
+            # The past fades with every round, so that a probe after a long plain stretch
+            # speaks for the text as it is now; plain rounds fade it more slowly, or one
+            # accepted probe alone sets the estimate near 1 and the next round drafts 8
+            # tokens (on the demo model, where drafting never pays, that cost 6-7% of its
+            # speed; docs/results.md, "Lossless River").
+            plain_rounds = self._rounds - self._drafted_round - 1
+            fade = self._DECAY * self._PLAIN_DECAY**plain_rounds
             self._accepted = fade * self._accepted + n_accepted
             self._offered = fade * self._offered + offered
             self._drafted_round = self._rounds

@@ -335,6 +335,30 @@ def test_draft_length_finds_long_drafts_behind_a_step_in_the_verify_cost():
     assert min(chosen[30:]) >= 6, chosen
 
 
+def test_one_accepted_probe_does_not_outweigh_the_rounds_before_it():
+    """Ten rounds accepted 2 of 4 drafts; after 32 plain rounds one probe's accepted
+    token must not set the acceptance near 1 (the next round would draft long)."""
+    length = DraftLength(8, adaptive=True)
+
+    def round_(n_drafted: int, n_accepted: int) -> None:
+        length.next(room=1000)
+        length.observe(
+            n_drafted=n_drafted,
+            n_accepted=n_accepted,
+            draft_seconds=0.3 * n_drafted,
+            verify_seconds=1.0 + 0.6 * (n_drafted > 0),
+            draft_forwards=n_drafted,
+        )
+
+    for _ in range(10):
+        round_(4, 2)
+    assert length.acceptance == pytest.approx(2 / 3, abs=0.05)
+    for _ in range(32):
+        round_(0, 0)
+    round_(1, 1)
+    assert length.acceptance < 0.75
+
+
 def test_draft_length_tries_a_size_again_after_one_slow_verify():
     """One stalled verify (another process, a page fault) must not rule its size out
     for good: with a cheap draft that is always accepted, drafting goes on."""
