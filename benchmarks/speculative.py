@@ -13,7 +13,10 @@ Two parts, both on `-t` threads:
    token-identical to the backbone's (and, where one was not, the backbone's top-2
    logit gap at the first difference, relative to its logit scale), and the costs
    measured inside the loop: seconds per drafted token and per verify round, in
-   tokens of our backbone's plain decode in the same run.
+   tokens of our backbone's plain decode in the same run. With --temperature every
+   configuration samples instead (the same seed per prompt and round); the lossless
+   rows' tokens then follow the backbone's distribution but differ draw by draw, so
+   they are not compared.
 Ratios are to our backbone in the same run. Say the machine's load with the numbers.
 """
 
@@ -77,9 +80,11 @@ class Config:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
 
-    def run(self, prompt: str, n_tokens: int) -> list[int]:
+    def run(self, prompt: str, n_tokens: int, temperature: float, seed: int) -> list[int]:
         self.model.reset()
-        result = self.model.generate(prompt, max_tokens=n_tokens, speculative=self.speculative)
+        result = self.model.generate(
+            prompt, max_tokens=n_tokens, speculative=self.speculative, temperature=temperature, seed=seed
+        )
         self.seconds.append(result.generation_seconds)
         self.tokens.append(len(result.token_ids) - 1)
         if result.speculative is not None:
@@ -201,6 +206,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--prompts", choices=["chat", "humaneval"], default="chat")
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("-n", "--n-tokens", type=int, default=128)
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sample at this temperature (default 0: greedy); sampled completions differ by draw, "
+        "so they are not compared",
+    )
     p.add_argument("-r", "--rounds", type=int, default=3)
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--max-verify", type=int, default=16)
@@ -248,13 +260,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     load_before = os.getloadavg()
     for round_ in range(args.rounds):
-        for prompt in prompts:
+        for i, prompt in enumerate(prompts):
             reference = None
             for config in configs:  # the backbone first: the others are compared with it
-                tokens = config.run(prompt, args.n_tokens)
+                tokens = config.run(prompt, args.n_tokens, args.temperature, seed=round_ * len(prompts) + i)
                 if reference is None:
                     reference = tokens
-                elif config.speculative is not None:
+                elif config.speculative is not None and args.temperature == 0.0:
                     config.compared += 1
                     config.identical += tokens == reference
                     if tokens != reference:
@@ -296,6 +308,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "prompts": args.prompts,
                     "n_prompts": len(prompts),
                     "n_tokens": args.n_tokens,
+                    "temperature": args.temperature,
                     "rounds": args.rounds,
                     "threads": args.threads,
                     "costs": costs,
