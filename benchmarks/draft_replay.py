@@ -95,14 +95,17 @@ def verify_curve(model: RiverModel, context: list[int], max_n: int, repeats: int
 
 class Costs:
     """Draws of measured timings: a drafted token, and a verify of n positions (a
-    one-position draw scaled by the measured curve's median ratio V(n)/V(1))."""
+    one-position draw scaled by the measured curve's median ratio V(n)/V(1), or by
+    `ratios`, V(n)/V(1) for n = 2, 3, ...: another day's or another loop's curve)."""
 
-    def __init__(self, trace: dict, rng: np.random.Generator) -> None:
+    def __init__(self, trace: dict, rng: np.random.Generator, ratios: Sequence[float] = ()) -> None:
         self.rng = rng
         self.draft = np.concatenate([np.asarray(t["draft"]) for t in trace["prompts"]])
         self.verify_1 = np.concatenate([np.asarray(t["verify_1"]) for t in trace["prompts"]])
         curve = {int(n): float(np.median(v)) for n, v in trace["verify"].items()}
         self.ratio = {n: t / curve[1] for n, t in curve.items()}
+        if ratios:
+            self.ratio = {1: 1.0, **{n: r for n, r in enumerate(ratios, start=2)}}
 
     def drafts(self, k: int) -> float:
         return float(self.rng.choice(self.draft, size=k).sum()) if k else 0.0
@@ -137,10 +140,10 @@ def replay(trace: dict, costs: Costs, length: DraftLength, fixed: Optional[int] 
     return tokens, seconds
 
 
-def summarize(trace: dict, replays: int, max_draft: int, seed: int) -> dict:
+def summarize(trace: dict, replays: int, max_draft: int, seed: int, ratios: Sequence[float] = ()) -> dict:
     """Tokens/s of the adaptive length (each replay) and of every fixed length (mean
     over replays), relative to plain decoding replayed with the same draws."""
-    costs = Costs(trace, np.random.default_rng(seed))
+    costs = Costs(trace, np.random.default_rng(seed), ratios)
 
     def rate(length: DraftLength, fixed: Optional[int] = None) -> float:
         n, s = replay(trace, costs, length, fixed)
@@ -175,6 +178,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--max-draft", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--verify-ratios",
+        type=float,
+        nargs="+",
+        default=[],
+        metavar="R",
+        help="replay with this verify curve instead of the recorded one: V(n)/V(1) for n = 2, 3, ... "
+        "(the last one extends to longer verifies)",
+    )
     args = p.parse_args(argv)
 
     if args.model:
@@ -194,7 +206,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         }
         Path(args.trace).write_text(json.dumps(trace))
     trace = json.loads(Path(args.trace).read_text())
-    result = summarize(trace, args.replays, args.max_draft, args.seed)
+    result = summarize(trace, args.replays, args.max_draft, args.seed, args.verify_ratios)
     adaptive = np.asarray(result["adaptive"])
     print(f"{trace['model']} {trace['river']} river ({trace['prompts_kind']}), {len(trace['prompts'])} prompts")
     print(f"  acceptance of a 1-token draft {result['acceptance_at_1']:.2f}, draft cost {result['draft_cost']:.2f}")
