@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from river_cpp.measure.configs import RiverConfig, backbone_config, river_at_tau
     from river_cpp.measure.ladder import rung_path
     from river_cpp.policy import ExitPolicy
+    from river_cpp.presets import LOSSLESS
 
     check_output_folder(args.json, "--json")
     try:
@@ -88,10 +89,19 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        # every river row would be the same lossless one: the river drafts, whatever the policy
+        # every river row would be the same lossless one: the river drafts, whatever the
+        # policy, with the lossless preset's head (a 4-bit head drafts faster; the tokens
+        # are the backbone's either way)
+        head = LOSSLESS.river_head
         configs = [
             backbone_config(),
-            RiverConfig(f"lossless River ({args.river} draft)", ExitPolicy.never(), river=args.river),
+            RiverConfig(
+                f"lossless River ({args.river} draft, {head} head)",
+                ExitPolicy.never(),
+                river=args.river,
+                river_head=head,
+                prefill=LOSSLESS.prefill,
+            ),
         ]
     else:
         taus = args.tau if args.tau is not None else ([] if args.policy else [0.98])

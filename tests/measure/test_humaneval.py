@@ -269,7 +269,7 @@ def test_speculative_runs_one_lossless_row_with_the_backbones_completions(
     argv = ["humaneval", "-m", str(tiny_llama4), "--peers", "none", "--problems", "2", "--max-tokens", "8", "-t", "1"]
     assert main([*argv, "--speculative", "--river", "q8_0", "--json", str(out)]) == 0
     by_name = {c["name"]: c for c in json.loads(out.read_text())["configs"]}
-    assert list(by_name) == ["backbone", "lossless River (q8_0 draft)"]
+    assert list(by_name) == ["backbone", "lossless River (q8_0 draft, q4_0 head)"]
     completions = [[p["completion"] for p in c["problems"]] for c in by_name.values()]
     assert completions[0] == completions[1]
     capsys.readouterr()
