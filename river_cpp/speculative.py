@@ -286,11 +286,11 @@ class DraftLength:
         optimistic guess is tried and then known. Computed once per decision."""
         medians = {size: median(times) for size, times in sorted(self._verify.items())}
         trusted = {
-            size: medians[size]
-            for size, times in self._verify.items()
-            if size == 1 or len(times) >= self._TRUSTED_TIMINGS
+            size: cost
+            for size, cost in medians.items()
+            if size == 1 or len(self._verify[size]) >= self._TRUSTED_TIMINGS
         }
-        every, sure = self._curve(medians, sizes), self._curve(dict(sorted(trusted.items())), sizes)
+        every, sure = self._curve(medians, sizes), self._curve(trusted, sizes)
         return {n: min(every[n], sure[n]) for n in sizes}
 
     def _curve(self, medians: dict[int, float], sizes: range) -> dict[int, float]:
