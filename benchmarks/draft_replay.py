@@ -54,10 +54,10 @@ def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int
         tokens = list(prompt_ids) + list(result.token_ids)
         model.reset()
         model.forward(tokens[: len(prompt_ids) - 1], route="backbone")
+        model.policy = ExitPolicy.at_layer(0)  # the decode route drafts on the whole river
         runs, draft_times, verify_times = [], [], []
         for p in range(len(prompt_ids) - 1, len(tokens) - 1):
             # State: the backbone's rows for tokens[:p] are cached; tokens[p] is the last accepted.
-            model.policy = ExitPolicy.at_layer(0)
             run, last = 0, tokens[p]
             while run < max_run and p + run + 1 < len(tokens):
                 began = time.perf_counter()
@@ -67,7 +67,6 @@ def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int
                     break
                 run, last = run + 1, drafted
             runs.append(run)
-            model.policy = saved
             model.rewind(p)
             verify_times.append(_timed(functools.partial(model.forward, [tokens[p]], route="backbone")))
     finally:
