@@ -268,8 +268,8 @@ class DraftLength:
             # The past fades with every round, so that a probe after a long plain stretch
             # speaks for the text as it is now; plain rounds fade it more slowly, or one
             # accepted probe alone sets the estimate near 1 and the next round drafts 8
-            # tokens (on the demo model, where drafting never pays, that cost 6-7% of its
-            # speed; docs/results.md, "Lossless River").
+            # tokens (on the demo model, where drafting never pays, that cost it several
+            # percent of its speed; docs/results.md, "Lossless River").
             plain_rounds = self._rounds - self._drafted_round - 1
             fade = self._DECAY * self._PLAIN_DECAY**plain_rounds
             self._accepted = fade * self._accepted + n_accepted
