@@ -215,6 +215,13 @@ class DraftLength:
     _MIN_GAIN = 0.05
     _PRIOR_VERIFY_SLOPE = 0.25  # extra verify cost per position past those measured, relative to one
     _TRUSTED_TIMINGS = 3  # timings of a verify size before its median alone is its cost
+    # Every decision weighs drafting against one position's verify, which only plain
+    # rounds time: the first (and the first after a new graph is built) may include
+    # building it, and a cost measured while the machine was slow would, if drafting
+    # then looked good, never be timed again. So drafting starts after three such
+    # timings, and a drafting stretch re-times one position every _RETIME_EVERY rounds
+    # (in replays, at most 0.5% of the speed where drafting pays).
+    _RETIME_EVERY = 32
 
     def __init__(self, max_draft: int, adaptive: bool) -> None:
         self.max_draft = max_draft
@@ -227,6 +234,7 @@ class DraftLength:
         self._verify: dict[int, deque[float]] = {}  # positions -> seconds per verify
         self._rounds = 0
         self._drafted_round = 0  # the last round that drafted
+        self._plain_round = 0  # the last round that verified one position
         self._plain_rounds = 0
         self._probe_every = self._PROBE_EVERY
 
@@ -239,13 +247,15 @@ class DraftLength:
         self._rounds += 1
         if not self.adaptive:
             return min(self.max_draft, room)
-        if 1 not in self._verify:
-            k = 0  # a plain step first: the cost of one backbone token, which estimates rest on
+        if len(self._verify.get(1, ())) < self._TRUSTED_TIMINGS:
+            k = 0  # plain steps first: the cost of one backbone token, which estimates rest on
         elif not self._draft:
             k = min(self._FIRST_DRAFT, self.max_draft)
         else:
             k = self._best_length()
-            if k > 0:
+            if k > 0 and self._rounds - self._plain_round > self._RETIME_EVERY:
+                k = 0
+            elif k > 0:
                 self._plain_rounds, self._probe_every = 0, self._PROBE_EVERY
             else:
                 self._plain_rounds += 1
@@ -262,7 +272,9 @@ class DraftLength:
         if draft_forwards:
             self._draft.append(draft_seconds / draft_forwards)
         self._verify.setdefault(n_drafted + 1, deque(maxlen=self._WINDOW)).append(verify_seconds)
-        if n_drafted:
+        if not n_drafted:
+            self._plain_round = self._rounds
+        else:
             # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
             offered = n_accepted + (1 if n_accepted < n_drafted else 0)
             # The past fades with every round, so that a probe after a long plain stretch
