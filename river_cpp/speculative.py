@@ -234,7 +234,7 @@ class DraftLength:
         self._verify: dict[int, deque[float]] = {}  # positions -> seconds per verify
         self._rounds = 0
         self._drafted_round = 0  # the last round that drafted
-        self._plain_round = 0  # the last round that verified one position
+        self._timed_one_round = 0  # the last round that verified one position
         self._plain_rounds = 0
         self._probe_every = self._PROBE_EVERY
 
@@ -253,7 +253,7 @@ class DraftLength:
             k = min(self._FIRST_DRAFT, self.max_draft)
         else:
             k = self._best_length()
-            if k > 0 and self._rounds - self._plain_round > self._RETIME_EVERY:
+            if k > 0 and self._rounds - self._timed_one_round > self._RETIME_EVERY:
                 k = 0
             elif k > 0:
                 self._plain_rounds, self._probe_every = 0, self._PROBE_EVERY
@@ -273,7 +273,7 @@ class DraftLength:
             self._draft.append(draft_seconds / draft_forwards)
         self._verify.setdefault(n_drafted + 1, deque(maxlen=self._WINDOW)).append(verify_seconds)
         if not n_drafted:
-            self._plain_round = self._rounds
+            self._timed_one_round = self._rounds
         else:
             # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
             offered = n_accepted + (1 if n_accepted < n_drafted else 0)
