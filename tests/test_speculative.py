@@ -131,7 +131,8 @@ def test_the_model_drafting_for_itself_accepts_everything(tiny_llama):
 
 
 def test_real_model_greedy_identity(demo_backbone, river_cache):
-    """The demo model with its default (Q8_0) river drafting and with a Q4_0 river."""
+    """The demo model with its default (Q8_0) river drafting and with a Q4_0 river, at a
+    fixed length (the adaptive one rightly drafts little on this model)."""
     for river in ("q8_0", "q4_0"):
         with RiverModel(demo_backbone, n_ctx=256, n_threads=1, river=river) as model:
             prompt = model.tokenizer.apply_chat_template(
@@ -139,7 +140,7 @@ def test_real_model_greedy_identity(demo_backbone, river_cache):
             )
             expected = backbone_greedy(model, prompt, 48)
             model.reset()
-            result = model.generate(prompt, max_tokens=48, speculative=True)
+            result = model.generate(prompt, max_tokens=48, speculative=Speculative(max_draft=4, adaptive=False))
             assert_backbone_tokens(model, prompt, expected, result.token_ids)
             assert len(result.token_ids) == 48
             assert result.speculative.acceptance_rate > 0.5
