@@ -12,8 +12,10 @@ the policy many times in milliseconds:
 - the backbone's greedy continuation of each prompt, and at every position how many
   drafted tokens in a row the river would have got accepted there (up to --max-run),
   drafting on the shared cache exactly as the loop does;
-- the measured costs: seconds per drafted token, and of verifying n positions, each a
-  list of single timings, so the replay draws from their real spread (stalls included).
+- the measured costs: single timings of a drafted token and of a one-position verify,
+  so the replay draws from their real spread (stalls included), and the median cost of
+  verifying n positions (benchmarks/speculative.py's verify_costs), which scales a
+  one-position draw into an n-position one.
 
 The replay runs river_cpp.speculative.DraftLength over the prompts in turn (it keeps
 what it learned, as a model does), `--replays` times with fresh draws, and prints
@@ -74,21 +76,6 @@ def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int
     return {"n_prompt": len(prompt_ids), "runs": runs, "draft": draft_times, "verify_1": verify_times}
 
 
-def verify_curve(model: RiverModel, context: list[int], max_n: int, repeats: int) -> dict[int, list[float]]:
-    """Single timings of one backbone forward of n = 1..max_n positions after `context`,
-    interleaved."""
-    model.reset()
-    model.forward(context, route="backbone")
-    base = model.n_past
-    ids = context[1 : max_n + 1]
-    times: dict[int, list[float]] = {n: [] for n in range(1, max_n + 1)}
-    for _ in range(repeats):
-        for n in times:
-            times[n].append(_timed(functools.partial(model.forward, ids[:n], route="backbone")))
-            model.rewind(base)
-    return times
-
-
 # ---------------------------------------------------------------- replay
 
 
@@ -101,7 +88,7 @@ class Costs:
         self.rng = rng
         self.draft = np.concatenate([np.asarray(t["draft"]) for t in trace["prompts"]])
         self.verify_1 = np.concatenate([np.asarray(t["verify_1"]) for t in trace["prompts"]])
-        curve = {int(n): float(np.median(v)) for n, v in trace["verify"].items()}
+        curve = {int(n): float(t) for n, t in trace["verify"].items()}
         self.ratio = {n: t / curve[1] for n, t in curve.items()}
         if ratios:
             self.ratio = {1: 1.0, **{n: r for n, r in enumerate(ratios, start=2)}}
@@ -189,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
 
     if args.model:
-        from speculative import chat_prompts, humaneval_prompts
+        from speculative import chat_prompts, humaneval_prompts, verify_costs
 
         model = RiverModel(args.model, river=args.river, river_head=args.head, n_ctx=2048, n_threads=args.threads)
         texts = chat_prompts(model, args.n_prompts) if args.prompts == "chat" else humaneval_prompts(args.n_prompts)
@@ -200,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "head": args.head,
             "prompts_kind": args.prompts,
             "threads": args.threads,
-            "verify": verify_curve(model, prompts[0], 16, 9),
+            "verify": verify_costs(model, prompts[0], 16, 9),
             "prompts": [record(model, ids, args.n_tokens, args.max_run) for ids in prompts],
         }
         Path(args.trace).write_text(json.dumps(trace))
