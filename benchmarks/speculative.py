@@ -194,7 +194,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         nargs="+",
         default=[DEFAULT_DRAFT_VOCAB or 0],
         metavar="N",
-        help="river draft vocabularies (Speculative.draft_vocab) to compare; 0: all (default 0)",
+        help="river draft vocabularies (Speculative.draft_vocab) to compare; 0: all"
+        f" (default {DEFAULT_DRAFT_VOCAB or 0})",
     )
     p.add_argument(
         "--peers",

@@ -107,7 +107,8 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_DRAFT_VOCAB or 0,
         metavar="N",
-        help="with --speculative: the river drafts only token ids below N; 0: all (default 0)",
+        help="with --speculative: the river drafts only token ids below N; 0: all"
+        f" (default {DEFAULT_DRAFT_VOCAB or 0})",
     )
 
 
