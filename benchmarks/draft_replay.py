@@ -48,31 +48,27 @@ def _timed(fn) -> float:
 def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int) -> dict:
     """The backbone's greedy tokens after `prompt_ids`, the river's accepted run
     length at each of them, and single timings of drafts and one-position verifies."""
-    saved = model.policy
     model.reset()
-    model.policy = ExitPolicy.never()
-    try:
-        result = model.generate(prompt_ids, max_tokens=n_tokens)
-        tokens = list(prompt_ids) + list(result.token_ids)
-        model.reset()
-        model.forward(tokens[: len(prompt_ids) - 1], route="backbone")
-        model.policy = ExitPolicy.at_layer(0)  # the decode route drafts on the whole river
-        runs, draft_times, verify_times = [], [], []
-        for p in range(len(prompt_ids) - 1, len(tokens) - 1):
-            # State: the backbone's rows for tokens[:p] are cached; tokens[p] is the last accepted.
-            run, last = 0, tokens[p]
-            while run < max_run and p + run + 1 < len(tokens):
-                began = time.perf_counter()
-                drafted = int(np.argmax(model.forward([last], last_only=True, route="decode")[0]))
-                draft_times.append(time.perf_counter() - began)
-                if drafted != tokens[p + run + 1]:
-                    break
-                run, last = run + 1, drafted
-            runs.append(run)
-            model.rewind(p)
-            verify_times.append(_timed(functools.partial(model.forward, [tokens[p]], route="backbone")))
-    finally:
-        model.policy = saved
+    result = model.generate(prompt_ids, max_tokens=n_tokens, policy=ExitPolicy.never(), speculative=False)
+    tokens = list(prompt_ids) + list(result.token_ids)
+    model.reset()
+    model.forward(tokens[: len(prompt_ids) - 1], route="backbone")
+    on_river = ExitPolicy.at_layer(0)  # the draft's route: the whole river
+    runs, draft_times, verify_times = [], [], []
+    for p in range(len(prompt_ids) - 1, len(tokens) - 1):
+        # State: the backbone's rows for tokens[:p] are cached; tokens[p] is the last accepted.
+        run, last = 0, tokens[p]
+        while run < max_run and p + run + 1 < len(tokens):
+            began = time.perf_counter()
+            logits = model.forward([last], last_only=True, route="decode", policy=on_river)
+            drafted = int(np.argmax(logits[0]))
+            draft_times.append(time.perf_counter() - began)
+            if drafted != tokens[p + run + 1]:
+                break
+            run, last = run + 1, drafted
+        runs.append(run)
+        model.rewind(p)
+        verify_times.append(_timed(functools.partial(model.forward, [tokens[p]], route="backbone")))
     return {"n_prompt": len(prompt_ids), "runs": runs, "draft": draft_times, "verify_1": verify_times}
 
 

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 from river_cpp.measure import comparison as cmp
 from river_cpp.measure.bench import DEFAULT_PEERS, default_configs, measure
 from river_cpp.measure.pareto import plot_pareto, speed_ratios
-from river_cpp.presets import DEFAULT
+from river_cpp.presets import FAST
 
 
 def merged(paths: Sequence[str]) -> cmp.Comparison:
@@ -67,9 +67,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     configs += [e.config for e in cmp.plan(comparison.n_layer, taus=args.tau, signal_taus=args.signal_taus)]
     configs += [
         e.config
-        for e in cmp.plan(
-            comparison.n_layer, taus=args.q8_tau, river=DEFAULT.river, variants=["backbone_prompt", "head"]
-        )
+        for e in cmp.plan(comparison.n_layer, taus=args.q8_tau, river=FAST.river, variants=["backbone_prompt", "head"])
     ]
     measured = {r.name for r in comparison.rows}
     unique = {c.name: c for c in configs if c.name in measured or c.name == "backbone"}

@@ -1,7 +1,7 @@
-"""Lossless River against the backbone and llama.cpp: decode tokens/s, interleaved.
+"""Lossless decoding against the backbone and llama.cpp: decode tokens/s, interleaved.
 
-    python benchmarks/speculative.py -m BACKBONE.gguf --rivers q4_0 iq4_nl q8_0 \\
-        --peers F16 Q8_0 Q4_K_M --draft-model SMALL.gguf --prompts humaneval -t 2 -r 3 \\
+    python benchmarks/speculative.py -m BACKBONE.gguf --drafts river ngram river+ngram \\
+        --peers F16 --prompt-lookup --draft-model SMALL.gguf --prompts grounded -t 2 -r 2 \\
         --json out.json
 
 Two parts, both on `-t` threads:
@@ -11,12 +11,14 @@ Two parts, both on `-t` threads:
    prompt (`-n` tokens), configurations interleaved per prompt, `-r` rounds. Lossless
    rows also report acceptance, tokens per verify, whether every completion was
    token-identical to the backbone's (and, where one was not, the backbone's top-2
-   logit gap at the first difference, relative to its logit scale), and the costs
+   logit gap at the first difference, relative to its logit scale), acceptance and
+   the share of rounds per draft source (river, ngramN, plain), and the costs
    measured inside the loop: seconds per drafted token and per verify round, in
    tokens of our backbone's plain decode in the same run. With --temperature every
-   configuration samples instead (the same seed per prompt and round); the lossless
-   rows' tokens then follow the backbone's distribution but differ draw by draw, so
-   they are not compared.
+   configuration samples instead (the same seed per prompt and round); lossless rows
+   emit the plain run's tokens for the same seed, so they are compared too.
+   --prompt-lookup adds llama-cpp-python's LlamaPromptLookupDecoding on the backbone
+   file (its own loop; decode time from its first streamed token to its last).
 Ratios are to our backbone in the same run. Say the machine's load with the numbers.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import time
@@ -36,16 +39,18 @@ import numpy as np
 from river_cpp import ExitPolicy, RiverModel, Speculative
 from river_cpp.language_model import LanguageModel
 from river_cpp.measure.ladder import rung_path
-from river_cpp.speculative import DEFAULT_DRAFT_VOCAB
+from river_cpp.presets import LOSSLESS
+from river_cpp.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DRAFTS
 
-DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data" / "chat_prompts.txt"
+DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data"
 
 
 # ---------------------------------------------------------------- prompts
 
 
-def chat_prompts(model: RiverModel, n: int) -> list[str]:
-    texts = [t.strip() for t in DATA.read_text().split("\n---\n") if t.strip()]
+def chat_prompts(model: RiverModel, n: int, file: str = "chat_prompts.txt") -> list[str]:
+    """The first n user messages of a prompt file, in the model's chat template."""
+    texts = [t.strip() for t in (DATA / file).read_text().split("\n---\n") if t.strip()]
     return [model.tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts[:n]]
 
 
@@ -79,11 +84,12 @@ class Config:
     draft_forwards: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    by_source: dict = field(default_factory=dict)  # source -> [rounds, drafted, accepted]
 
     def run(self, prompt: str, n_tokens: int, temperature: float, seed: int) -> list[int]:
         self.model.reset()
         result = self.model.generate(
-            prompt, max_tokens=n_tokens, speculative=self.speculative, temperature=temperature, seed=seed
+            prompt, max_tokens=n_tokens, speculative=self.speculative or False, temperature=temperature, seed=seed
         )
         self.seconds.append(result.generation_seconds)
         self.tokens.append(len(result.token_ids) - 1)
@@ -95,11 +101,60 @@ class Config:
             self.draft_forwards += result.speculative.draft_forwards
             self.draft_seconds += result.speculative.draft_seconds
             self.verify_seconds += result.speculative.verify_seconds
+            for source, counts in result.speculative.by_source.items():
+                total = self.by_source.setdefault(source, [0, 0, 0])
+                total[0] += counts.rounds
+                total[1] += counts.drafted
+                total[2] += counts.accepted
         return result.token_ids
 
     @property
     def tokens_per_second(self) -> float:
         return sum(self.tokens) / sum(self.seconds)
+
+
+class PromptLookupPeer:
+    """llama-cpp-python decoding with its LlamaPromptLookupDecoding draft, on a GGUF."""
+
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, max_draft: int) -> None:
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llama = llama_cpp.Llama(
+            str(path),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            n_batch=512,
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=max_draft),
+            verbose=False,
+        )
+
+    def decode(self, prompt: str, n_tokens: int, temperature: float, seed: int) -> tuple[float, int]:
+        """(seconds from the first streamed token to the last, tokens after the first)."""
+        self.llama.reset()
+        first = last = None
+        count = 0
+        for _ in self.llama.create_completion(
+            prompt, max_tokens=n_tokens, temperature=temperature, seed=seed, stream=True, top_k=40, top_p=0.95
+        ):
+            last = time.perf_counter()
+            first = first or last
+            count += 1
+        return (last - first if first else 0.0), max(count - 1, 0)
+
+
+@dataclass
+class LookupConfig(Config):
+    """A configuration run by llama-cpp-python's own loop (its tokens are not compared)."""
+
+    peer: Optional[PromptLookupPeer] = None
+
+    def run(self, prompt: str, n_tokens: int, temperature: float, seed: int) -> list[int]:
+        seconds, tokens = self.peer.decode(prompt, n_tokens, temperature, seed)
+        self.seconds.append(seconds)
+        self.tokens.append(tokens)
+        return []
 
 
 def _open_peer(path: Path, n_ctx: int, n_threads: int) -> LanguageModel:
@@ -154,15 +209,10 @@ def draft_cost(model: RiverModel, context: list[int], vocab: Optional[int], repe
     base = model.n_past
 
     def draft() -> None:
-        model.forward(context[:1], last_only=True, route="decode")
+        model.forward(context[:1], last_only=True, route="decode", policy=ExitPolicy.at_layer(0), exit_vocab=vocab)
         model.rewind(base)
 
-    saved = model.policy, model.exit_vocab
-    model.policy, model.exit_vocab = ExitPolicy.at_layer(0), vocab
-    try:
-        return _time(draft, repeats)
-    finally:
-        model.policy, model.exit_vocab = saved
+    return _time(draft, repeats)
 
 
 # ---------------------------------------------------------------- main
@@ -171,13 +221,27 @@ def draft_cost(model: RiverModel, context: list[int], vocab: Optional[int], repe
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True, help="backbone GGUF (F16 or quantized)")
-    p.add_argument("--rivers", nargs="+", default=["q4_0", "q8_0"], help="river types to draft with")
+    p.add_argument(
+        "--rivers", nargs="+", default=[LOSSLESS.river], help=f"river types to draft with (default {LOSSLESS.river})"
+    )
     p.add_argument(
         "--heads",
         nargs="+",
-        default=["q8_0"],
+        default=[LOSSLESS.river_head],
         metavar="TYPE",
-        help="LM head types of each river (a cheaper head drafts faster; default q8_0)",
+        help=f"LM head types of each river (a cheaper head drafts faster; default {LOSSLESS.river_head})",
+    )
+    p.add_argument(
+        "--drafts",
+        nargs="+",
+        choices=DRAFTS,
+        default=[DEFAULT_DRAFT],
+        help=f"draft sources of each river's lossless rows (default {DEFAULT_DRAFT})",
+    )
+    p.add_argument(
+        "--prompt-lookup",
+        action="store_true",
+        help="add llama-cpp-python's LlamaPromptLookupDecoding on the backbone file",
     )
     p.add_argument(
         "--fixed",
@@ -204,15 +268,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="llama.cpp on the backbone (F16) and its quantizations",
     )
     p.add_argument("--draft-model", help="a smaller GGUF with the same vocabulary drafting for the backbone")
-    p.add_argument("--prompts", choices=["chat", "humaneval"], default="chat")
+    p.add_argument("--prompts", choices=["chat", "humaneval", "grounded"], default="chat")
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("-n", "--n-tokens", type=int, default=128)
     p.add_argument(
         "--temperature",
         type=float,
         default=0.0,
-        help="sample at this temperature (default 0: greedy); sampled completions differ by draw, "
-        "so they are not compared",
+        help="sample at this temperature (default 0: greedy); lossless rows are compared with the "
+        "backbone's plain run of the same seed",
     )
     p.add_argument("-r", "--rounds", type=int, default=3)
     p.add_argument("-t", "--threads", type=int, default=2)
@@ -231,9 +295,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for head in args.heads:
             name = river if head == "q8_0" else f"{river} head {head}"
             rivers[name] = RiverModel(backbone, river=river, river_head=head, **load)
-            for vocab in args.draft_vocabs:
+            for vocab, draft in itertools.product(args.draft_vocabs, args.drafts):
                 label = name if vocab == (DEFAULT_DRAFT_VOCAB or 0) else f"{name} vocab {vocab or 'all'}"
-                options = dict(spec_options, draft_vocab=vocab or None)
+                label = f"{draft} ({label})" if "river" in draft else draft
+                options = dict(spec_options, draft_vocab=vocab or None, draft=draft)
                 configs.append(Config(f"lossless {label}", rivers[name], Speculative(**options)))
                 for k in args.fixed:
                     configs.append(
@@ -246,8 +311,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         configs.append(Config(f"draft {Path(args.draft_model).name}", base, Speculative(draft=small, **spec_options)))
     for rung in args.peers:
         configs.append(Config(f"llama.cpp {rung}", _open_peer(rung_path(backbone, rung), n_ctx, args.threads)))
+    if args.prompt_lookup:
+        lookup = PromptLookupPeer(backbone, n_ctx, args.threads, DEFAULT_MAX_DRAFT)
+        configs.append(LookupConfig("llama-cpp-python prompt lookup", base, peer=lookup))
 
-    prompts = chat_prompts(base, args.n_prompts) if args.prompts == "chat" else humaneval_prompts(args.n_prompts)
+    if args.prompts == "humaneval":
+        prompts = humaneval_prompts(args.n_prompts)
+    else:
+        prompts = chat_prompts(base, args.n_prompts, f"{args.prompts}_prompts.txt")
     context = base.tokenize(prompts[0], add_bos=True, special=True)
     costs = {"verify": verify_costs(base, context, args.max_verify, 5)}
     costs["verify_ratio"] = {n: t / costs["verify"][1] for n, t in costs["verify"].items()}
@@ -267,10 +338,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 tokens = config.run(prompt, args.n_tokens, args.temperature, seed=round_ * len(prompts) + i)
                 if reference is None:
                     reference = tokens
-                elif config.speculative is not None and args.temperature == 0.0:
+                elif config.speculative is not None:
                     config.compared += 1
                     config.identical += tokens == reference
-                    if tokens != reference:
+                    if tokens != reference and args.temperature == 0.0:
                         config.gaps.append(divergence_gap(base, prompt, reference, tokens))
         print(f"round {round_ + 1}/{args.rounds} done", flush=True)
     load_after = os.getloadavg()
@@ -294,8 +365,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 draft_cost=c.draft_seconds / max(c.draft_forwards, 1) * base_speed,
                 verify_cost=c.verify_seconds / max(c.rounds, 1) * base_speed,
             )
+            row["sources"] = {
+                source: {"rounds": r, "round_share": r / max(c.rounds, 1), "acceptance": a / max(d, 1)}
+                for source, (r, d, a) in sorted(c.by_source.items())
+            }
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
-            line += f" {row['draft_cost']:6.2f} {row['verify_cost']:7.2f}"
+            line += f" {row['draft_cost']:6.2f} {row['verify_cost']:7.2f}  "
+            line += " ".join(
+                f"{source} {v['round_share']:.0%}" + (f"@{v['acceptance']:.2f}" if source != "plain" else "")
+                for source, v in row["sources"].items()
+            )
             if c.gaps:
                 line += f"  (diverged at top-2 gaps {', '.join(f'{g:.1e}' for g in c.gaps)} of the logit scale)"
         rows.append(row)

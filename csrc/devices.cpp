@@ -26,7 +26,7 @@ ggml_backend_reg_t rpc_reg() {
         throw Error(
             "this ggml has no RPC backend: reinstall llama-cpp-python built with it, "
             "CMAKE_ARGS=\"-DGGML_RPC=on\" pip install --no-cache-dir --force-reinstall llama-cpp-python "
-            "(or install with scripts/install_with_rpc.sh)");
+            "(or install with scripts/install_with_devices.sh)");
     }
     return reg;
 }

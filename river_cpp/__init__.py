@@ -5,6 +5,7 @@ from river_cpp._ggml import check_llama_cpp_python
 check_llama_cpp_python()
 
 from river_cpp._core import RiverError  # noqa: E402
+from river_cpp.context import ContextOverflowError  # noqa: E402
 from river_cpp.exit_stats import ExitStats  # noqa: E402
 from river_cpp.generation import GenerationChunk, GenerationResult  # noqa: E402
 from river_cpp.model import RiverModel  # noqa: E402
@@ -13,6 +14,7 @@ from river_cpp.sampling import SamplingParams  # noqa: E402
 from river_cpp.speculative import Speculative, SpeculativeStats  # noqa: E402
 
 __all__ = [
+    "ContextOverflowError",
     "ExitPolicy",
     "ExitStats",
     "GenerationChunk",

@@ -15,11 +15,12 @@ from typing import Any, Callable, Iterator, Optional, TextIO
 from river_cpp.exit_stats import ExitStats
 from river_cpp.generation import GenerationResult
 from river_cpp.policy import ExitPolicy
+from river_cpp.sampling import SamplingParams
 
 HELP = """commands:
   /reset          forget the conversation (the system prompt stays)
   /stats          exit depths and speeds of this conversation
-  /tau X          exit when the block similarity exceeds X (/tau off: the starting policy)
+  /tau X          lossy: exit when the block similarity exceeds X (/tau off: as started)
   /system TEXT    set the system prompt (/system alone removes it)
   /exit           quit (also Ctrl+D; Ctrl+C stops an answer, twice quits)
   \"\"\"             begin and end a multi-line message"""
@@ -43,13 +44,15 @@ class Turn:
 
 @dataclass
 class ChatSession:
-    """A conversation with a model: history, system prompt, sampling options."""
+    """A conversation with a model: history, system prompt, sampling settings and the
+    decode of its turns (policy and speculative: None, the model's defaults)."""
 
     model: Any
     system: Optional[str] = None
     max_tokens: int = 512
-    sampling: dict = field(default_factory=dict)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     speculative: Any = None
+    policy: Optional[ExitPolicy] = None
     history: list[dict[str, str]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
 
@@ -84,10 +87,9 @@ class ChatSession:
         answer; what was written stays in the history, and the interrupt propagates
         with the Turn as its `turn` attribute."""
         ids, dropped = self._prompt_ids(user)
-        cached = self.model.cached_prefix(ids, route="backbone" if self.speculative else "prompt")
-        stream = self.model.generate(
-            ids, stream=True, max_tokens=self.max_tokens, speculative=self.speculative, **self.sampling
-        )
+        decode = {"policy": self.policy, "speculative": self.speculative}
+        cached = self.model.reusable_prefix(ids, **decode)
+        stream = self.model.generate(ids, stream=True, max_tokens=self.max_tokens, sampling=self.sampling, **decode)
         text: list[str] = []
         layers: list[int] = []
         start = time.perf_counter()
@@ -105,6 +107,16 @@ class ChatSession:
             self.turns.append(turn)
         return turn
 
+    def describe_decode(self) -> str:
+        """How the next turn decodes: exact (drafted or not) or the lossy policy."""
+        model = self.model
+        policy = self.policy if self.policy is not None else model.policy
+        if self.policy is None and (self.speculative or (self.speculative is None and model.speculative)):
+            return "the backbone's own tokens, drafted (lossless)"
+        if not policy.exits(model.n_layer):
+            return "the backbone's own tokens"
+        return describe_policy(policy)
+
     def stats(self) -> str:
         """What /stats prints: the conversation's exit depths and speeds."""
         layers = [d for t in self.turns for d in t.exit_layers]
@@ -117,8 +129,7 @@ class ChatSession:
             f"context: {self.model.n_past}/{self.model.n_ctx} positions cached",
             stats.summary(),
             f"generation: {generated / seconds if seconds > 0 else 0.0:.1f} tokens/s over the conversation",
-            f"policy: {describe_policy(self.model.policy)}"
-            + (", speculative (the backbone's own tokens)" if self.speculative else ""),
+            f"decode: {self.describe_decode()}",
         ]
         if stats.n_tokens:
             lines.append(
@@ -196,13 +207,12 @@ def repl(
     stdin: TextIO = sys.stdin,
     stdout: TextIO = sys.stdout,
     stderr: TextIO = sys.stderr,
-    start_policy: Optional[ExitPolicy] = None,
     min_layer: int = 2,
 ) -> int:
     """Chat until /exit, end of input or a double Ctrl+C; the exit status."""
     interactive = stdin.isatty()
     model = session.model
-    start_policy = start_policy or model.policy
+    start_policy = session.policy
 
     def note(text: str) -> None:
         print(text, file=stderr, flush=True)
@@ -214,7 +224,7 @@ def repl(
     if interactive:
         note(
             f"river-cpp chat: {model.n_layer} layers, context {model.n_ctx}, "
-            f"{describe_policy(model.policy)}. /help for commands."
+            f"{session.describe_decode()}. /help for commands."
         )
     last_interrupt = 0.0
     lines = _lines(stdin, interactive, ">>> ")
@@ -271,7 +281,7 @@ def _multiline(first: str, lines: Iterator[Optional[str]]) -> Optional[str]:
 
 
 def _command(
-    text: str, session: ChatSession, note: Callable[[str], None], start_policy: ExitPolicy, min_layer: int
+    text: str, session: ChatSession, note: Callable[[str], None], start_policy: Optional[ExitPolicy], min_layer: int
 ) -> Optional[int]:
     """Run a /command; an exit status to quit with, or None."""
     name, _, argument = text.partition(" ")
@@ -290,17 +300,17 @@ def _command(
         session.system = argument or None
         note(f"[system prompt {'set' if argument else 'removed'}]")
     elif name == "/tau":
-        if not argument:
-            note(f"policy: {describe_policy(model.policy)}")
-        elif argument.lower() in ("off", "default"):
-            model.policy = start_policy
-            note(f"[policy: {describe_policy(model.policy)}]")
-        else:
+        if argument.lower() in ("off", "default"):
+            session.policy = start_policy
+        elif argument:
             try:
-                model.policy = ExitPolicy.uniform(float(argument), min_layer=min_layer)
-                note(f"[policy: {describe_policy(model.policy)}]")
+                policy = ExitPolicy.uniform(float(argument), min_layer=min_layer)
+                model.check_policy(policy)
+                session.policy = policy
             except ValueError as error:
-                note(f"error: /tau needs a number (e.g. /tau 0.98): {error}")
+                note(f"error: /tau needs a number (e.g. /tau 0.98) and a model with a river: {error}")
+                return None
+        note(f"[decode: {session.describe_decode()}]")
     else:
         note(f"unknown command {name}; /help lists them")
     return None

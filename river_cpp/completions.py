@@ -14,9 +14,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
+from river_cpp.context import ContextOverflowError, check_fits
 from river_cpp.exit_stats import ExitStats
 from river_cpp.generation import GenerationChunk, GenerationStream
 from river_cpp.policy import ExitPolicy
+from river_cpp.sampling import SamplingParams
 
 # What a chat message may say (llama.cpp's templates know these roles).
 CHAT_ROLES = ("system", "user", "assistant")
@@ -24,15 +26,11 @@ CHAT_ROLES = ("system", "user", "assistant")
 CANCELLED = "cancelled"
 
 
-class ContextOverflowError(ValueError):
-    """The prompt leaves no room to generate: it has `prompt_tokens` tokens of `n_ctx`."""
+# llama-cpp-python's sampling defaults for each endpoint (the rest are SamplingParams').
+COMPLETION_SAMPLING = SamplingParams(temperature=0.8)
+CHAT_SAMPLING = SamplingParams(temperature=0.2)
 
-    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
-        super().__init__(
-            f"the prompt has {prompt_tokens} tokens, which leaves no room to generate in the context of {n_ctx} tokens"
-        )
-        self.prompt_tokens = prompt_tokens
-        self.n_ctx = n_ctx
+__all__ = ["CANCELLED", "Cancel", "ContextOverflowError", "chat_prompt", "create_chat_completion", "create_completion"]
 
 
 class Cancel(Protocol):
@@ -60,40 +58,26 @@ class _Run:
     speculative: Any = None
 
 
-def _run(
-    model,
-    stream: GenerationStream,
-    run: _Run,
-    policy: Optional[ExitPolicy],
-    speculative: bool,
-    cancel: Optional[Cancel],
-) -> Iterator[GenerationChunk]:
-    """The chunks of `stream` with the model's lock held and `policy` in force; fills `run`."""
-    with model._lock:
-        saved = model.policy
-        try:
-            if policy is not None:
-                model.policy = policy
-            run.cached_tokens = model.cached_prefix(run.prompt_ids, route="backbone" if speculative else "prompt")
-            run.started = time.perf_counter()
-            for chunk in stream:
-                if run.first_token_at is None:
-                    run.first_token_at = time.perf_counter()
-                run.token_ids.append(chunk.token_id)
-                run.exit_layers.append(chunk.exit_layer)
-                run.text += chunk.text
-                yield chunk
-                if cancel is not None and cancel.is_set():
-                    run.finish_reason = CANCELLED
-                    return
-            result = stream.result
-            run.finish_reason = result.finish_reason
-            run.speculative = result.speculative
-        finally:
-            run.ended_at = time.perf_counter()
-            stream.close()
-            if policy is not None:
-                model.policy = saved
+def _run(stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -> Iterator[GenerationChunk]:
+    """The chunks of `stream` (which holds the model's lock while it runs); fills `run`."""
+    try:
+        run.started = time.perf_counter()
+        for chunk in stream:
+            if run.first_token_at is None:
+                run.first_token_at = time.perf_counter()
+            run.token_ids.append(chunk.token_id)
+            run.exit_layers.append(chunk.exit_layer)
+            run.text += chunk.text
+            yield chunk
+            if cancel is not None and cancel.is_set():
+                run.finish_reason = CANCELLED
+                return
+        result = stream.result
+        run.finish_reason = result.finish_reason
+        run.speculative = result.speculative
+    finally:
+        run.ended_at = time.perf_counter()
+        stream.close()
 
 
 def _start(
@@ -101,13 +85,7 @@ def _start(
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: Optional[int],
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    min_p: float,
-    repeat_penalty: float,
-    seed: Optional[int],
-    stop: Union[str, Sequence[str], None],
+    sampling: SamplingParams,
     logprobs: Optional[int],
     policy: Optional[ExitPolicy],
     speculative: Any,
@@ -117,40 +95,24 @@ def _start(
         prompt_ids = model.tokenize(prompt, add_bos=True, special=True)
     else:
         prompt_ids = list(prompt)
-    if len(prompt_ids) >= model.n_ctx:
-        raise ContextOverflowError(len(prompt_ids), model.n_ctx)
+    check_fits(len(prompt_ids), model.n_ctx)
     if max_tokens is None or (
         isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
     ):
         max_tokens = model.n_ctx  # llama-cpp-python: None or <= 0 generates until the context is full
-    if policy is not None:
-        check_policy(model, policy)
-    if speculative and not model.has_river:
-        raise ValueError("speculative decoding needs a model with a river to draft with")
     stream = model.generate(
         prompt_ids,
         stream=True,
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        seed=seed,
-        stop=stop,
-        speculative=speculative or None,
+        sampling=sampling,
         logprobs=logprobs,
+        policy=policy,
+        speculative=speculative,
     )
-    return stream, _Run(prompt_ids=prompt_ids)
-
-
-def check_policy(model, policy: ExitPolicy) -> None:
-    """ValueError unless `policy` applies to `model` (its depths, and a river to exit to)."""
-    if not isinstance(policy, ExitPolicy):
-        raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
-    thresholds = policy.resolve(model.n_layer)
-    if not model.has_river and any(t != float("inf") for t in thresholds):
-        raise ValueError("this model has no river: only a policy that never exits applies")
+    # What the prompt cache will reuse, as the generation's own prefill will find it
+    # (the model's lock is taken by the stream's first chunk, after this).
+    cached = model.reusable_prefix(prompt_ids, policy=policy, speculative=speculative)
+    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached)
 
 
 def _usage(model, run: _Run) -> dict[str, Any]:
@@ -275,29 +237,27 @@ def create_completion(
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: Optional[int] = 16,
-    temperature: float = 0.8,
-    top_p: float = 0.95,
-    top_k: int = 40,
-    min_p: float = 0.05,
-    repeat_penalty: float = 1.0,
-    seed: Optional[int] = None,
-    stop: Union[str, Sequence[str], None] = None,
     stream: bool = False,
     logprobs: Optional[int] = None,
     stream_options: Optional[Mapping[str, Any]] = None,
+    sampling: Optional[SamplingParams] = None,
     policy: Optional[ExitPolicy] = None,
     speculative: Any = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
+    **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """A text completion of `prompt` as OpenAI's (and llama-cpp-python's) dict, or an
     iterator of its chunk dicts with stream=True.
 
-    Defaults are llama-cpp-python's. max_tokens None (or <= 0) generates until the
-    context is full; a prompt that leaves no room raises ContextOverflowError.
-    logprobs=n adds the legacy logprobs object (n most likely tokens at each step).
-    River options: policy (an ExitPolicy for this call only), speculative (True or a
-    river_cpp.Speculative: the backbone's own tokens, drafted by the river); cancel
+    Sampling: `sampling` (a SamplingParams) and/or its settings one by one
+    (temperature, top_p, top_k, min_p, repeat_penalty, seed, stop, ...); defaults are
+    llama-cpp-python's (COMPLETION_SAMPLING). max_tokens None (or <= 0) generates
+    until the context is full; a prompt that leaves no room raises
+    ContextOverflowError. logprobs=n adds the legacy logprobs object (n most likely
+    tokens at each step). River options for this call only: policy (an ExitPolicy:
+    a lossy decode), speculative (False: plain decoding; a river_cpp.Speculative:
+    that draft); by default the model's (the backbone's own tokens, drafted); cancel
     (a threading.Event, set from any thread) stops the generation with finish_reason
     "cancelled". usage["river"] holds the mean exit layer, the share of backbone
     layers avoided, the exit-depth histogram, timings and speculative counts;
@@ -312,18 +272,12 @@ def create_completion(
         model,
         prompt,
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        seed=seed,
-        stop=stop,
+        sampling=SamplingParams.of(sampling or COMPLETION_SAMPLING, **sampling_options),
         logprobs=n_top,
         policy=policy,
         speculative=speculative,
     )
-    chunks = _run(model, generation, run, policy, bool(speculative), cancel)
+    chunks = _run(generation, run, cancel)
     base = {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
@@ -420,27 +374,23 @@ def create_chat_completion(
     messages: Sequence[Mapping[str, Any]],
     *,
     max_tokens: Optional[int] = None,
-    temperature: float = 0.2,
-    top_p: float = 0.95,
-    top_k: int = 40,
-    min_p: float = 0.05,
-    repeat_penalty: float = 1.0,
-    seed: Optional[int] = None,
-    stop: Union[str, Sequence[str], None] = None,
     stream: bool = False,
     logprobs: bool = False,
     top_logprobs: Optional[int] = None,
     stream_options: Optional[Mapping[str, Any]] = None,
+    sampling: Optional[SamplingParams] = None,
     policy: Optional[ExitPolicy] = None,
     speculative: Any = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
+    **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """The assistant's reply to `messages` as OpenAI's chat.completion dict, or an
     iterator of chat.completion.chunk dicts with stream=True.
 
     The messages go through the model's chat template (chat_prompt); defaults are
-    llama-cpp-python's (max_tokens None: until the end of the turn or the context).
+    llama-cpp-python's (CHAT_SAMPLING; max_tokens None: until the end of the turn or
+    the context).
     logprobs=True adds {"content": [...]} with `top_logprobs` alternatives per token.
     Every other option, the usage block and locking are as in create_completion.
     """
@@ -455,18 +405,12 @@ def create_chat_completion(
         model,
         prompt,
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        seed=seed,
-        stop=stop,
+        sampling=SamplingParams.of(sampling or CHAT_SAMPLING, **sampling_options),
         logprobs=(n_top or 0) if logprobs else None,
         policy=policy,
         speculative=speculative,
     )
-    chunks = _run(model, generation, run, policy, bool(speculative), cancel)
+    chunks = _run(generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
     if stream:
         return _chat_chunks(model, chunks, run, base, logprobs, include_usage)

@@ -14,27 +14,17 @@ import codecs
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import (
-    TYPE_CHECKING,
-    Callable,
-    Generator,
-    Iterator,
-    Literal,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Union,
-    overload,
-)
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.context import check_fits
 from river_cpp.exit_stats import ExitStats
 from river_cpp.language_model import LanguageModel
+from river_cpp.policy import ExitPolicy
 from river_cpp.sampling import Sampler, SamplingParams
-
-if TYPE_CHECKING:  # imported lazily at run time: generation without speculation never needs them
-    from river_cpp.speculative import Speculative, SpeculativeStats
+from river_cpp.speculative import Speculative, SpeculativeStats, speculative_step
+from river_cpp.steps import Step, decode_one_token, prefill
 
 
 @dataclass
@@ -148,53 +138,30 @@ class GenerationStream:
 # ---------------------------------------------------------------- token loop
 
 
-class Step(NamedTuple):
-    """One token of the loop: its id, the logits it was chosen from ([n_vocab]; a
-    view the next step may overwrite: copy to keep) and the full-precision layers of
-    the forward that produced them (n_layer: the backbone's, or a verified token)."""
-
-    token: int
-    logits: np.ndarray
-    exit_layer: int
-
-
-def prefill(model: LanguageModel, prompt_ids: Sequence[int], *, route: str = "prompt") -> np.ndarray:
-    """Bring the cache to `prompt_ids`, reusing the longest prefix it already holds
-    (the prompt cache); the last position's logits [n_vocab]."""
-    keep = model.cached_prefix(prompt_ids, route=route)
-    model.rewind(keep)
-    return model.forward(prompt_ids[keep:], last_only=True, route=route)[0]
-
-
-def decode_one_token(model: LanguageModel, token: int) -> np.ndarray:
-    """Append one token to the model's cache; its logits [n_vocab]."""
-    return model.forward([token], last_only=True, route="decode")[0]
-
-
 def generate_step(
     model: LanguageModel,
     prompt_ids: Sequence[int],
     sampler: Callable[[np.ndarray, Sequence[int]], int],
     *,
+    policy: Optional[ExitPolicy] = None,
     speculative: Optional[Speculative] = None,
     speculative_stats: Optional[SpeculativeStats] = None,
 ) -> Iterator[Step]:
     """Tokens continuing `prompt_ids`, one Step per next(), until the caller stops.
 
     `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
-    measurement forces tokens this way). With `speculative`, rounds of drafted tokens
+    measurement forces tokens this way). `policy`: the exit policy of this loop's
+    forwards (None: the model's own). With `speculative`, rounds of drafted tokens
     are verified by the backbone (river_cpp.speculative); the tokens are the
     backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
     Lazy: the forward after a token runs only when the caller asks for the next one.
     Ends when the prompt and the tokens yielded fill the context.
     """
     if speculative is not None:
-        from river_cpp.speculative import speculative_step
-
         yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats)
         return
     history = list(prompt_ids)
-    logits = prefill(model, prompt_ids)
+    logits = prefill(model, prompt_ids, policy=policy)
     while True:
         token = sampler(logits, history)
         history.append(token)
@@ -202,7 +169,7 @@ def generate_step(
         # The cache holds everything before `token`; with it the sequence is full.
         if model.n_past + 1 >= model.n_ctx:
             return
-        logits = decode_one_token(model, token)
+        logits = decode_one_token(model, token, policy=policy)
 
 
 # ---------------------------------------------------------------- text
@@ -276,23 +243,19 @@ def _generate_chunks(
     prompt_ids: list[int],
     sampler: Sampler,
     max_new_tokens: int,
-    stop: Sequence[str],
+    policy: Optional[ExitPolicy],
     speculative: Optional[Speculative],
     logprobs: Optional[int] = None,
 ) -> Generator[GenerationChunk, None, GenerationResult]:
     """One chunk per sampled token; returns the GenerationResult."""
     tokenizer = model.tokenizer
-    text = _StoppingText(stop)
+    text = _StoppingText(sampler.params.stop)
     token_ids: list[int] = []
     exit_layers: list[int] = []
     seconds: list[float] = []
     finish_reason = "length"
-    stats = None
-    if speculative is not None:
-        from river_cpp.speculative import SpeculativeStats
-
-        stats = SpeculativeStats()
-    steps = generate_step(model, prompt_ids, sampler, speculative=speculative, speculative_stats=stats)
+    stats = SpeculativeStats() if speculative is not None else None
+    steps = generate_step(model, prompt_ids, sampler, policy=policy, speculative=speculative, speculative_stats=stats)
     for step, step_seconds in _timed(steps):
         token_ids.append(step.token)
         exit_layers.append(step.exit_layer)
@@ -323,7 +286,7 @@ def _generate_chunks(
     )
 
 
-SpeculativeOption = Union[bool, "Speculative", None]
+SpeculativeOption = Union[bool, Speculative, None]
 
 
 def stream_generate(
@@ -331,15 +294,11 @@ def stream_generate(
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: int = 128,
-    temperature: float = 0.0,
-    top_k: int = 40,
-    top_p: float = 0.95,
-    min_p: float = 0.05,
-    repeat_penalty: float = 1.0,
-    seed: Optional[int] = None,
-    stop: Union[str, Sequence[str], None] = None,
+    sampling: Optional[SamplingParams] = None,
+    policy: Optional[ExitPolicy] = None,
     speculative: SpeculativeOption = None,
     logprobs: Optional[int] = None,
+    **sampling_options: Any,
 ) -> GenerationStream:
     """The GenerationStream of a continuation of `prompt` (text, or token ids used as
     they are); see generate. Options are checked, and the prompt tokenized, before
@@ -350,74 +309,33 @@ def stream_generate(
         isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral) or not 0 <= logprobs <= model.n_vocab
     ):
         raise ValueError(f"logprobs must be an integer in [0, n_vocab] or None, got {logprobs!r}")
-    params = SamplingParams(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        seed=model.seed if seed is None else seed,
-    )
-    stop_strings = _stop_strings(stop)
+    if policy is not None:
+        model.check_policy(policy)
+    params = SamplingParams.of(sampling, **sampling_options)
+    if params.seed is None and model.seed is not None:
+        params = params.replace(seed=model.seed)
+    spec = _speculative(speculative)
+    if spec is not None and spec.uses_river and not model.has_river:
+        raise ValueError('drafting with the river needs a model with a river (Speculative(draft="ngram") needs none)')
     prompt_ids = _prompt_ids(model, prompt)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
     chunks = _generate_chunks(
-        model,
-        prompt_ids,
-        Sampler(params),
-        max_new_tokens,
-        stop_strings,
-        _speculative(speculative),
-        None if logprobs is None else int(logprobs),
+        model, prompt_ids, Sampler(params), max_new_tokens, policy, spec, None if logprobs is None else int(logprobs)
     )
     return GenerationStream(chunks)
 
 
-@overload
 def generate(
-    model: LanguageModel,
-    prompt: Union[str, Sequence[int]],
-    *,
-    max_tokens: int = ...,
-    temperature: float = ...,
-    top_k: int = ...,
-    top_p: float = ...,
-    min_p: float = ...,
-    repeat_penalty: float = ...,
-    seed: Optional[int] = ...,
-    stop: Union[str, Sequence[str], None] = ...,
-    speculative: SpeculativeOption = ...,
-    stream: Literal[False] = ...,
-) -> GenerationResult: ...
-
-
-@overload
-def generate(
-    model: LanguageModel,
-    prompt: Union[str, Sequence[int]],
-    *,
-    max_tokens: int = ...,
-    temperature: float = ...,
-    top_k: int = ...,
-    top_p: float = ...,
-    min_p: float = ...,
-    repeat_penalty: float = ...,
-    seed: Optional[int] = ...,
-    stop: Union[str, Sequence[str], None] = ...,
-    speculative: SpeculativeOption = ...,
-    stream: Literal[True],
-) -> GenerationStream: ...
-
-
-def generate(
-    model: LanguageModel, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options
+    model: LanguageModel, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options: Any
 ) -> Union[GenerationResult, GenerationStream]:
     """Generate a continuation of `prompt` (text, or token ids used as they are).
 
-    Options: max_tokens (128), temperature (0: greedy), top_k (40), top_p (0.95),
-    min_p (0.05), repeat_penalty (1), seed (None: model.seed), stop (strings),
-    speculative (True, or a river_cpp.Speculative: the river drafts, the backbone
-    verifies; the tokens are the backbone's own), logprobs (None; n: each chunk
+    Options: max_tokens (128); the sampling settings of river_cpp.SamplingParams, as
+    `sampling=SamplingParams(...)` or one by one (temperature (0: greedy), top_k (40),
+    top_p (0.95), min_p (0.05), repeat_penalty (1), repeat_last_n (64), seed (None:
+    model.seed), stop (strings)); policy (an ExitPolicy for this call; None: the
+    model's); speculative (True, or a river_cpp.Speculative: drafts verified by the
+    backbone; the tokens are the backbone's own); logprobs (None; n: each chunk
     carries its token's logprob and the n most likely tokens' logprobs).
     Continues from the longest prefix of the prompt the cache already holds (see
     model.cached_prefix); the rest of the cache is dropped. Ends at an
@@ -425,8 +343,8 @@ def generate(
     includes neither), after `max_tokens` tokens, or when prompt and generation
     fill the context. With stream=True a GenerationStream of GenerationChunk is
     returned and its `.result` is the GenerationResult once the stream is
-    exhausted. Raises ValueError for invalid options and for a prompt that leaves
-    no room in the context, before anything runs.
+    exhausted. Raises ValueError for invalid options and ContextOverflowError for a
+    prompt that leaves no room in the context, before anything runs.
     """
     chunk_stream = stream_generate(model, prompt, **options)
     if stream:
@@ -440,21 +358,11 @@ def _speculative(option: SpeculativeOption) -> Optional[Speculative]:
     """generate's `speculative` option as a Speculative (or None)."""
     if option is None or option is False:
         return None
-    from river_cpp.speculative import Speculative
-
     if option is True:
         return Speculative()
     if not isinstance(option, Speculative):
         raise TypeError(f"speculative must be a bool or a Speculative, got {type(option).__name__}")
     return option
-
-
-def _stop_strings(stop: Union[str, Sequence[str], None]) -> list[str]:
-    stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
-    for s in stop_strings:
-        if not isinstance(s, str) or not s:
-            raise ValueError(f"stop strings must be non-empty strings, got {s!r}")
-    return stop_strings
 
 
 def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list[int]:
@@ -473,6 +381,5 @@ def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list
             raise ValueError(f"prompt token ids must be in [0, {model.n_vocab})")
     if not ids:
         raise ValueError("the prompt is empty: it has no tokens")
-    if len(ids) >= model.n_ctx:
-        raise ValueError(f"the prompt has {len(ids)} tokens, which leaves no room to generate in n_ctx = {model.n_ctx}")
+    check_fits(len(ids), model.n_ctx)
     return ids

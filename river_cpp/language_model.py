@@ -11,6 +11,7 @@ from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
+from river_cpp.policy import ExitPolicy
 from river_cpp.tokenizer import Tokenizer
 
 # Which weights a forward runs (RiverModel; a plain model runs its only weights):
@@ -41,6 +42,19 @@ class LanguageModel(Protocol):
     def n_layer(self) -> int: ...
 
     @property
+    def n_threads(self) -> int: ...
+
+    @property
+    def has_river(self) -> bool:
+        """Whether it has a river: a policy that exits, and a river draft, need one."""
+        ...
+
+    @property
+    def policy(self) -> ExitPolicy:
+        """The exit policy of forwards that do not name one."""
+        ...
+
+    @property
     def tokenizer(self) -> Tokenizer: ...
 
     @property
@@ -54,11 +68,25 @@ class LanguageModel(Protocol):
 
     def rewind(self, n_past: int) -> None: ...
 
-    def forward(self, ids: Sequence[int], *, last_only: bool = False, route: str = "auto") -> np.ndarray:
-        """Append `ids` to the cache; logits [len(ids) or 1, n_vocab]."""
+    def check_policy(self, policy: ExitPolicy) -> None:
+        """TypeError / ValueError unless `policy` applies to this model."""
         ...
 
-    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+    ) -> np.ndarray:
+        """Append `ids` to the cache; logits [len(ids) or 1, n_vocab]. `policy` and
+        `exit_vocab` shape this forward's exits (None: the model's policy, every token id)."""
+        ...
+
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """How many leading `ids` the cache already holds exactly as a cold forward of
-        them on `route` would compute them (at most len(ids) - 1: the last must run)."""
+        them on `route` (under `policy`) would compute them (at most len(ids) - 1: the
+        last must run)."""
         ...

@@ -9,19 +9,22 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from river_cpp import _core
 from river_cpp._ggml import set_ggml_verbosity
 from river_cpp._lock import ModelLock
+from river_cpp.context import check_fits
 from river_cpp.exit_stats import ExitStats
+from river_cpp.generation import GenerationResult, GenerationStream, SpeculativeOption, stream_generate
 from river_cpp.language_model import ROUTES
 from river_cpp.placement import Placement, connect_rpc_servers, offload_devices, plan_placement
 from river_cpp.policy import ExitPolicy
 from river_cpp.presets import DEFAULT
 from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
+from river_cpp.speculative import Speculative
 from river_cpp.tokenizer import Tokenizer
 
 DEFAULT_N_BATCH = 512
@@ -74,6 +77,7 @@ class RiverModel:
         river: Union[str, os.PathLike, None] = DEFAULT_RIVER_TYPE,
         river_types: Optional[Mapping[int, str]] = None,
         policy: Optional[ExitPolicy] = None,
+        speculative: SpeculativeOption = None,
         prefill: str = DEFAULT_PREFILL,
         tail_layers: int = 0,
         river_head: Union[bool, str, None] = None,
@@ -89,9 +93,14 @@ class RiverModel:
             build (once, cached) a river of that type from the backbone; or the path
             of a river GGUF made for this backbone; or None for the backbone alone.
         river_types: per-layer overrides of the river type, e.g. {28: "q8_0", 29: "q8_0"}.
-        policy: when tokens leave the backbone (default: ExitPolicy.at_layer(0) with a
-            river, so every decoded token runs on it; never without). With the default
-            prefill the prompt still runs the full backbone.
+        policy: the default exit policy of decoding: when tokens leave the backbone.
+            None (default): never, so every token is the backbone's own (exact).
+        speculative: the default draft of decoding (river_cpp.Speculative; True: the
+            default one). None (default): drafts verified by the backbone whenever the
+            policy never exits: the river and n-gram matches from the context with a
+            river, n-gram matches alone without one. False: plain decoding. The
+            output is the backbone's either way; drafting changes only its speed.
+            Each generate() / create_*completion() call may override both.
         prefill: "backbone" (default: the prompt always runs the full backbone, so its
             KV cache is full precision) or "exit" (the prompt exits at one depth, as
             decode tokens do).
@@ -150,10 +159,10 @@ class RiverModel:
         self.prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
-        self._exit_vocab = 0
-        if policy is None:
-            policy = DEFAULT.policy if self.has_river else ExitPolicy.never()
-        self.policy = policy
+        # The exit configuration the engine holds now: forwards set it when theirs differs.
+        self._engine_exit: Optional[tuple[ExitPolicy, int]] = None
+        self.policy = policy if policy is not None else ExitPolicy.never()
+        self.speculative: Optional[Speculative] = self._default_speculative(speculative)
         # What the cache holds, for the prompt cache: each position's token and the
         # backbone layers that computed it (n_layer: the full backbone).
         self._cached_ids: list[int] = []
@@ -251,43 +260,43 @@ class RiverModel:
 
     @property
     def policy(self) -> ExitPolicy:
-        """When tokens leave the backbone; assign a new ExitPolicy at any time."""
+        """The default exit policy of decoding; assign a new ExitPolicy at any time (a
+        call's own `policy=` overrides it for that call)."""
         return self._policy
 
     @policy.setter
     def policy(self, policy: ExitPolicy) -> None:
+        self.check_policy(policy)
+        self._policy = policy
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        """TypeError / ValueError unless `policy` applies to this model."""
         if not isinstance(policy, ExitPolicy):
             raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
-        thresholds = policy.resolve(self.n_layer)
-        if not self.has_river and any(t != float("inf") for t in thresholds):
+        if policy.exits(self.n_layer) and not self.has_river:  # exits() checks the depths too
             raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
-        with self._lock:
-            self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head, self._exit_vocab)
-            self._policy = policy
 
-    @property
-    def exit_vocab(self) -> Optional[int]:
-        """Exited tokens score only token ids [0, exit_vocab) (None: all of them).
+    def _default_speculative(self, option: SpeculativeOption) -> Optional[Speculative]:
+        """The constructor's `speculative` as the model's default draft (see __init__)."""
+        if option is None:
+            if self.policy.exits(self.n_layer):
+                return None  # a lossy decode was asked for
+            return Speculative() if self.has_river else Speculative(draft="ngram")
+        if option is False:
+            return None
+        spec = Speculative() if option is True else option
+        if not isinstance(spec, Speculative):
+            raise TypeError(f"speculative must be a bool or a Speculative, got {type(spec).__name__}")
+        if spec.uses_river and not self.has_river:
+            raise ValueError('drafting with the river needs a river: use Speculative(draft="ngram") or load one')
+        return spec
 
-        Their other logits are -inf. Backbone tokens always score the whole
-        vocabulary. A speculative draft uses this: the head is a large share of a
-        small draft's cost, and BPE vocabularies put their frequent tokens first.
-        """
-        return self._exit_vocab or None
-
-    @exit_vocab.setter
-    def exit_vocab(self, value: Optional[int]) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= self.n_vocab
-        ):
-            raise ValueError(f"exit_vocab must be None or an integer in [1, {self.n_vocab}], got {value!r}")
-        with self._lock:
-            previous, self._exit_vocab = self._exit_vocab, int(value or 0)
-            try:
-                self.policy = self._policy
-            except BaseException:
-                self._exit_vocab = previous
-                raise
+    def _apply_exit(self, policy: ExitPolicy, exit_vocab: int) -> None:
+        """Hand the engine `policy` and `exit_vocab` unless it holds them already (lock held)."""
+        if self._engine_exit != (policy, exit_vocab):
+            thresholds = policy.resolve(self.n_layer)
+            self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head, exit_vocab)
+            self._engine_exit = (policy, exit_vocab)
 
     @property
     def last_exit_layers(self) -> np.ndarray:
@@ -341,16 +350,17 @@ class RiverModel:
             route = "prompt" if n_ids > 1 else "decode"
         return route == "decode" or (route == "prompt" and self.prefill != "backbone")
 
-    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """How many leading `ids` the cache holds as a cold forward of them on `route`
-        computes them (the prompt cache), at most len(ids) - 1.
+        (under `policy`, default the model's) computes them (the prompt cache), at
+        most len(ids) - 1.
 
         Only positions computed by the full backbone qualify, and only when the
         route runs the full backbone (or the policy never exits): a prompt that exits
         leaves at a depth chosen for the whole batch.
         """
-        exits = any(t != float("inf") for t in self.policy.resolve(self.n_layer))
-        if self._uses_exit(route, len(ids)) and exits:
+        policy = self.policy if policy is None else policy
+        if self._uses_exit(route, len(ids)) and policy.exits(self.n_layer):
             return 0
         n = 0
         for token, cached, depth in zip(ids[:-1], self._cached_ids, self._cached_depths):
@@ -359,15 +369,26 @@ class RiverModel:
             n += 1
         return n
 
-    def forward(self, ids: Sequence[int], *, last_only: bool = False, route: str = "auto") -> np.ndarray:
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+    ) -> np.ndarray:
         """Append `ids` to the sequence and return their logits.
 
         Returns float32 of shape [len(ids), n_vocab], or [1, n_vocab] for the last
         position only when `last_only` (what generation needs). `route` picks the
         weights (river_cpp.language_model.ROUTES): by default a multi-token forward
         is a prompt (the full backbone unless prefill="exit") and one token a decode
-        step (the policy's exit). With an exit, the batch leaves at one depth; see
-        last_exit_layers.
+        step (the exit policy). With an exit, the batch leaves at one depth; see
+        last_exit_layers. `policy`: the exit policy of this forward (None: the
+        model's). `exit_vocab`: exited tokens score only token ids [0, exit_vocab)
+        (their other logits are -inf; None: all): a speculative draft's head is a
+        large share of its cost, and BPE vocabularies put frequent tokens first.
         """
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size == 0:
@@ -375,11 +396,17 @@ class RiverModel:
         if not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
         use_exit = self._uses_exit(route, ids.size)
+        if policy is not None:
+            self.check_policy(policy)
+        if exit_vocab is not None and (
+            isinstance(exit_vocab, bool)
+            or not isinstance(exit_vocab, (int, np.integer))
+            or not 1 <= exit_vocab <= self.n_vocab
+        ):
+            raise ValueError(f"exit_vocab must be None or an integer in [1, {self.n_vocab}], got {exit_vocab!r}")
         with self._lock:
-            if self.n_past + ids.size > self.n_ctx:
-                raise ValueError(
-                    f"context overflow: {self.n_past} cached + {ids.size} new tokens > n_ctx = {self.n_ctx}"
-                )
+            check_fits(int(ids.size), self.n_ctx, cached=self.n_past, room=0)
+            self._apply_exit(self.policy if policy is None else policy, int(exit_vocab or 0))
             logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
             self._cached_ids.extend(int(t) for t in ids)
             self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
@@ -387,20 +414,48 @@ class RiverModel:
 
     # ---------------------------------------------------------------- generation
 
-    def generate(self, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options):
+    def generate(
+        self,
+        prompt: Union[str, Sequence[int]],
+        *,
+        stream: bool = False,
+        policy: Optional[ExitPolicy] = None,
+        speculative: SpeculativeOption = None,
+        **options: Any,
+    ) -> Union[GenerationResult, GenerationStream]:
         """Generate a continuation of `prompt`; see river_cpp.generation.generate.
 
+        The backbone's own tokens unless a lossy decode is asked for. `policy` and
+        `speculative` apply to this call only: with neither, the model's defaults
+        (model.policy and model.speculative); with a policy alone, plain decoding
+        under it; speculative=False, plain decoding under the model's policy.
         Holds the model's lock while it runs (a stream: from its first chunk until it
         is exhausted or closed), so other threads' calls wait their turn.
         """
-        from river_cpp.generation import GenerationStream, stream_generate
-
-        locked = GenerationStream(self._locked(stream_generate(self, prompt, **options)))
+        chunks = stream_generate(
+            self, prompt, policy=policy, speculative=self._speculative(policy, speculative), **options
+        )
+        locked = GenerationStream(self._locked(chunks))
         if stream:
             return locked
         for _ in locked:
             pass
         return locked.result
+
+    def _speculative(self, policy: Optional[ExitPolicy], speculative: SpeculativeOption) -> SpeculativeOption:
+        """A call's draft: its own, else the model's unless the call asks for a lossy policy."""
+        if speculative is None:
+            return self.speculative if policy is None else None
+        return speculative
+
+    def reusable_prefix(
+        self, ids: Sequence[int], *, policy: Optional[ExitPolicy] = None, speculative: SpeculativeOption = None
+    ) -> int:
+        """How many leading `ids` a generate() call with these options would reuse from
+        the cache (the prompt cache's hits)."""
+        if self._speculative(policy, speculative):
+            return self.cached_prefix(ids, route="backbone")  # a speculative prompt runs the backbone
+        return self.cached_prefix(ids, route="prompt", policy=policy)
 
     def _locked(self, stream):
         """`stream`'s chunks and result, with the lock held from its first chunk."""
@@ -411,14 +466,14 @@ class RiverModel:
                 stream.close()
         return stream.result
 
-    def create_completion(self, prompt: Union[str, Sequence[int]], **options):
+    def create_completion(self, prompt: Union[str, Sequence[int]], **options: Any):
         """An OpenAI-shaped text completion (llama-cpp-python's create_completion);
         see river_cpp.completions.create_completion."""
         from river_cpp.completions import create_completion
 
         return create_completion(self, prompt, **options)
 
-    def create_chat_completion(self, messages: Sequence[Mapping[str, object]], **options):
+    def create_chat_completion(self, messages: Sequence[Mapping[str, object]], **options: Any):
         """An OpenAI-shaped chat completion (llama-cpp-python's create_chat_completion);
         see river_cpp.completions.create_chat_completion."""
         from river_cpp.completions import create_chat_completion

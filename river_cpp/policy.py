@@ -19,7 +19,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 NEVER = math.inf
 ALWAYS = -math.inf
@@ -120,6 +120,10 @@ class ExitPolicy:
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())
 
+    def exits(self, n_layer: int) -> bool:
+        """Whether a token of an n_layer model may leave the backbone under this policy."""
+        return any(t != NEVER for t in self.resolve(n_layer))
+
     def resolve(self, n_layer: int) -> list[float]:
         """The n_layer thresholds this policy means for a model of n_layer layers.
 
@@ -150,3 +154,33 @@ def _decode(value: object) -> float:
         return float(value)
     except ValueError:
         raise ValueError(f'a threshold must be a number, "inf" or "-inf", got {value!r}') from None
+
+
+def exit_policy(
+    *,
+    tau: Optional[float] = None,
+    exit_layer: Optional[int] = None,
+    policy: Union[ExitPolicy, Mapping[str, Any], None] = None,
+    min_layer: int = 2,
+) -> Optional[ExitPolicy]:
+    """The lossy exit policy that one of `tau` (a uniform threshold from min_layer on),
+    `exit_layer` (every token runs exactly that many backbone layers) or `policy` (an
+    ExitPolicy, or the object `river-cpp calibrate` writes) asks for; None when none
+    is given. The CLI, the server and chat all turn their options into a policy here.
+    ValueError when more than one is given or a value is out of range."""
+    given = [
+        name for name, value in (("tau", tau), ("exit_layer", exit_layer), ("policy", policy)) if value is not None
+    ]
+    if len(given) > 1:
+        raise ValueError(f"give one of tau, exit_layer and policy, not {' and '.join(given)}")
+    if tau is not None:
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)):
+            raise ValueError(f"tau must be a number, got {tau!r}")
+        return ExitPolicy.uniform(float(tau), min_layer=min_layer)
+    if exit_layer is not None:
+        return ExitPolicy.at_layer(exit_layer)
+    if isinstance(policy, Mapping):
+        return ExitPolicy.from_json(json.dumps(policy))
+    if policy is not None and not isinstance(policy, ExitPolicy):
+        raise TypeError(f"policy must be an ExitPolicy or a policy object, got {type(policy).__name__}")
+    return policy

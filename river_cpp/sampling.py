@@ -7,12 +7,17 @@ Each stage is a plain function on candidates, composed by Sampler (mlx-lm style)
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import numbers
+from collections import deque
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
+
+from river_cpp.acceptance import sample
 
 # The tokens still in the running, as (token ids, their logits); the stages below
 # keep ids and logits aligned and never look at the vocabulary as a whole again.
@@ -31,7 +36,9 @@ class SamplingParams:
 
     temperature 0 means greedy (argmax after the repeat penalty). top_k 0, top_p 1,
     min_p 0, repeat_penalty 1 and repeat_last_n 0 each switch their stage off.
-    seed None draws from fresh OS entropy.
+    seed None draws from fresh OS entropy. stop: strings that end the generation
+    (the text includes none of them; a single string is one stop string).
+    One SamplingParams travels from the CLI, the server and the API to the sampler.
     """
 
     temperature: float = 0.0
@@ -41,8 +48,14 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     seed: Optional[int] = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        for s in stop:
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"stop strings must be non-empty strings, got {s!r}")
+        object.__setattr__(self, "stop", stop)
         _check_real("temperature", self.temperature, low=0.0)
         _check_int("top_k", self.top_k, low=0)
         _check_real("top_p", self.top_p, low=0.0, high=1.0)
@@ -51,6 +64,22 @@ class SamplingParams:
         _check_int("repeat_last_n", self.repeat_last_n, low=0)
         if self.seed is not None:
             _check_int("seed", self.seed, low=0)
+
+    @classmethod
+    def of(cls, sampling: Optional[SamplingParams] = None, **options: Any) -> SamplingParams:
+        """`sampling` (default: SamplingParams()) with the named `options` replaced;
+        TypeError naming an option that is not a sampling setting."""
+        base = sampling if sampling is not None else cls()
+        if not isinstance(base, SamplingParams):
+            raise TypeError(f"sampling must be a SamplingParams, got {type(base).__name__}")
+        unknown = set(options) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(base, **options) if options else base
+
+    def replace(self, **options: Any) -> SamplingParams:
+        """A copy with `options` replaced."""
+        return dataclasses.replace(self, **options)
 
 
 def _check_real(name: str, value: object, *, low: float, high: float = math.inf, low_inclusive: bool = True) -> None:
@@ -149,23 +178,26 @@ class Sampler:
     """Callable that picks the next token: sampler(logits, history) -> id.
 
     Owns its random generator, seeded from params.seed, so two samplers with the
-    same params and seed draw the same tokens from the same logits.
+    same params and seed draw the same tokens from the same logits. Each token takes
+    exactly one uniform draw of that generator (river_cpp.acceptance.sample), so a
+    speculative loop can look the draws of the next positions up (peek) and emit
+    the very tokens a plain loop would.
     """
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self._rng = np.random.default_rng(params.seed)
+        self._ahead: deque[float] = deque()  # draws peeked, not yet used
 
     def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """Pick the next token from one position's logits ([n_vocab])."""
-        ids, probs = self.distribution(logits, history)
-        return self.draw(ids, probs)
+        return self.draw(self.distribution(logits, history))
 
     def distribution(self, logits: np.ndarray, history: Sequence[int]) -> Candidates:
         """The distribution this sampler draws from: (token ids, their probabilities).
 
-        Greedy (temperature 0) is all mass on the argmax. Speculative sampling
-        compares the draft's and the target's distributions through this.
+        Greedy (temperature 0) is all mass on the argmax. Speculative decoding
+        compares drafted tokens with the target's samples from this.
         """
         logits = np.asarray(logits, dtype=np.float32)
         if logits.ndim != 1 or logits.size == 0:
@@ -180,12 +212,21 @@ class Sampler:
         ids, kept = min_p(candidates, params.min_p)
         return ids, _softmax(kept / params.temperature)
 
-    def draw(self, ids: np.ndarray, probs: np.ndarray) -> int:
-        """One id drawn from a distribution over `ids` with this sampler's generator."""
-        if ids.size == 1:
-            return int(ids[0])
-        return int(ids[self._rng.choice(ids.size, p=probs)])
+    def draw(self, dist: Candidates) -> int:
+        """The next token from `dist`, with the next uniform draw."""
+        return sample(dist, self.next_uniform())
 
-    def uniform(self) -> float:
-        """A uniform draw in [0, 1) from this sampler's generator (speculative acceptance)."""
-        return float(self._rng.random())
+    def peek(self, n: int) -> list[float]:
+        """The uniform draws of the next n tokens, without using them."""
+        while len(self._ahead) < n:
+            self._ahead.append(float(self._rng.random()))
+        return list(itertools.islice(self._ahead, n))
+
+    def next_uniform(self) -> float:
+        """The next token's uniform draw in [0, 1) (one a peek returned first, if any)."""
+        return self._ahead.popleft() if self._ahead else float(self._rng.random())
+
+    def skip(self, n: int) -> None:
+        """Use the next n draws (tokens a speculative round emitted)."""
+        for _ in range(n):
+            self.next_uniform()

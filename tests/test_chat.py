@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from river_cpp import RiverModel
+from river_cpp import RiverModel, SamplingParams
 from river_cpp.chat import ChatSession, footer, repl
 from river_cpp.cli import main
 from river_cpp.exit_display import ExitPainter
@@ -25,7 +25,7 @@ def model(tiny_llama4: Path) -> RiverModel:
 
 
 def test_a_second_turn_reuses_the_first_turns_prompt(model):
-    session = ChatSession(model, system="Be brief.", max_tokens=6, sampling={"temperature": 0.0})
+    session = ChatSession(model, system="Be brief.", max_tokens=6, sampling=SamplingParams(temperature=0.0))
     written: list[str] = []
     first = session.ask("Hello there", written.append)
     assert "".join(written) == first.text and first.cached_tokens == 0
@@ -38,7 +38,7 @@ def test_a_second_turn_reuses_the_first_turns_prompt(model):
 
 
 def test_old_exchanges_are_dropped_to_fit_the_context(model):
-    session = ChatSession(model, max_tokens=8, sampling={"temperature": 0.0})
+    session = ChatSession(model, max_tokens=8, sampling=SamplingParams(temperature=0.0))
     for _ in range(12):
         turn = session.ask("Tell me a long story about rivers and the sea and the mountains. " * 2, lambda s: None)
     assert turn.dropped_turns >= 1 and turn.prompt_tokens + 8 <= model.n_ctx
@@ -136,7 +136,7 @@ class _InterruptingOutput(io.StringIO):
 
 def test_ctrl_c_stops_the_answer_and_twice_quits(model, monkeypatch):
     monkeypatch.setattr("river_cpp.chat.DOUBLE_INTERRUPT_SECONDS", 60.0)  # a loaded machine is slow
-    session = ChatSession(model, max_tokens=40, sampling={"temperature": 0.0})
+    session = ChatSession(model, max_tokens=40, sampling=SamplingParams(temperature=0.0))
     stderr = io.StringIO()
     status = repl(
         session,

@@ -30,8 +30,9 @@ def model(tiny_llama4: Path, tmp_path_factory) -> RiverModel:
 # ---------------------------------------------------------------- shapes
 
 
-def test_completion_shape(model):
-    response = model.create_completion(PROMPT, max_tokens=6, temperature=0)
+@pytest.mark.parametrize("speculative", [None, False])
+def test_completion_shape(model, speculative):
+    response = model.create_completion(PROMPT, max_tokens=6, temperature=0, speculative=speculative)
     assert response["object"] == "text_completion" and response["id"].startswith("cmpl-")
     assert isinstance(response["created"], int) and response["model"] == Path(model.model_path).name
     (choice,) = response["choices"]
@@ -47,7 +48,8 @@ def test_completion_shape(model):
     assert river["mean_exit_layer"] == pytest.approx(
         sum(d * c for d, c in enumerate(river["exit_histogram"])) / usage["completion_tokens"], abs=1e-3
     )
-    assert "speculative" not in river
+    # Exact by default: drafted and verified (the counts are there); False decodes plainly.
+    assert ("speculative" in river) == (speculative is None)
 
 
 def test_chat_completion_shape(model):

@@ -4,7 +4,7 @@ device copies of weights, a cache on a device and copies between devices. Every
 placement must compute what the all-host engine computes.
 
 Needs ggml's RPC backend (llama-cpp-python built with -DGGML_RPC=on, as
-scripts/install_with_rpc.sh does). Without it these tests skip and say so, unless
+scripts/install_with_devices.sh does). Without it these tests skip and say so, unless
 RIVER_REQUIRE_RPC is set (CI sets it), where they fail.
 """
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("river_cache")
 def _require_rpc() -> None:
     if _core.has_rpc():
         return
-    message = "this ggml has no RPC backend: install with scripts/install_with_rpc.sh -e '.[test]'"
+    message = "this ggml has no RPC backend: install with scripts/install_with_devices.sh -e '.[test]'"
     if os.environ.get("RIVER_REQUIRE_RPC"):
         pytest.fail(message + " (RIVER_REQUIRE_RPC is set)")
     pytest.skip(message)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from routes import PAPER_RIVER
 
-from river_cpp import RiverModel
+from river_cpp import ExitPolicy, RiverModel
 from river_cpp.generation import GenerationStream, generate, generate_step
 from river_cpp.sampling import Sampler, SamplingParams
 
@@ -194,7 +194,10 @@ class _ScriptedModel:
 
     n_ctx = 64
     n_layer = 4
+    n_threads = 1
     seed = None
+    has_river = False
+    policy = ExitPolicy.never()
 
     def __init__(self, pieces: Sequence[bytes], script: Sequence[int]) -> None:
         self.n_vocab = len(pieces) + 1
@@ -211,10 +214,14 @@ class _ScriptedModel:
     def rewind(self, n_past: int) -> None:
         self.n_past = n_past
 
-    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
+    def check_policy(self, policy: ExitPolicy) -> None:
+        if policy.exits(self.n_layer):
+            raise ValueError("no river")
+
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy=None) -> int:
         return 0
 
-    def forward(self, ids: Sequence[int], *, last_only: bool = False, route: str = "auto") -> np.ndarray:
+    def forward(self, ids: Sequence[int], *, last_only=False, route="auto", policy=None, exit_vocab=None) -> np.ndarray:
         self.n_past += len(ids)
         self.last_exit_layers = np.full(len(ids), self.n_layer, dtype=np.int32)
         logits = np.zeros((1, self.n_vocab), dtype=np.float32)

@@ -131,16 +131,17 @@ def test_the_model_drafting_for_itself_accepts_everything(tiny_llama):
 
 
 def test_real_model_greedy_identity(demo_backbone, river_cache):
-    """The demo model with its default (Q8_0) river drafting and with a Q4_0 river, at a
-    fixed length (the adaptive one rightly drafts little on this model)."""
+    """The demo model with a Q8_0 and a Q4_0 river (a Q8_0 head) drafting, at a fixed
+    length (the adaptive one rightly drafts little on this model)."""
     for river in ("q8_0", "q4_0"):
-        with RiverModel(demo_backbone, n_ctx=256, n_threads=1, river=river) as model:
+        with RiverModel(demo_backbone, n_ctx=256, n_threads=1, river=river, river_head="q8_0") as model:
             prompt = model.tokenizer.apply_chat_template(
                 [{"role": "user", "content": "Write a short poem about a river and the sea."}]
             )
             expected = backbone_greedy(model, prompt, 48)
             model.reset()
-            result = model.generate(prompt, max_tokens=48, speculative=Speculative(max_draft=4, adaptive=False))
+            spec = Speculative(draft="river", max_draft=4, adaptive=False)
+            result = model.generate(prompt, max_tokens=48, speculative=spec)
             assert_backbone_tokens(model, prompt, expected, result.token_ids)
             assert len(result.token_ids) == 48
             assert result.speculative.acceptance_rate > 0.5
@@ -161,7 +162,8 @@ def test_cache_holds_the_backbones_kv(model):
     model.forward(ids[:n], route="backbone")
     ref_k, ref_v = model.engine.read_kv(1, 0, n)
     model.reset()
-    model.forward(ids[:n], route="decode")  # the river everywhere: what the drafts alone would leave
+    # the river everywhere: what the drafts alone would leave
+    model.forward(ids[:n], route="decode", policy=ExitPolicy.at_layer(0))
     river_k, _ = model.engine.read_kv(1, 0, n)
     river_error = np.abs(river_k - ref_k).max()
     assert np.abs(spec_k - ref_k).max() < 0.05 * river_error
@@ -172,7 +174,7 @@ def test_prompt_cache_is_reused_only_for_backbone_rows(model):
     model.reset()
     ids = model.tokenize(PROMPT, add_bos=True, special=True)
     model.forward(ids, route="backbone")
-    model.forward([1000], route="decode")  # a river row
+    model.forward([1000], route="decode", policy=ExitPolicy.at_layer(0))  # a river row
     assert model.cached_prefix(ids + [1000, 1001]) == len(ids)
     assert model.cached_prefix(ids) == len(ids) - 1
     assert model.cached_prefix([ids[0] + 1] + ids[1:]) == 0
@@ -220,14 +222,17 @@ def _exact_joint(model: RiverModel, prompt_ids: list[int]) -> dict:
     return joint
 
 
-@pytest.mark.parametrize("draft_kind", ["river", "river-small-vocab", "other-model"])
+@pytest.mark.parametrize("draft_kind", ["river", "river-small-vocab", "other-model", "ngram"])
 def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf, draft_kind):
-    """2000 seeded speculative samples of (t1, t2): t2 comes out of accept/reject or the
-    residual. Chi-square at 0.999 against the backbone's exact joint distribution; the
-    same test rejects the draft's own joint distribution, so it can fail. With a small
-    draft vocabulary the tokens it cannot propose come only from the residual."""
+    """2000 seeded speculative samples of (t1, t2): t2 comes out of a kept draft or its
+    replacement. Chi-square at 0.999 against the backbone's exact joint distribution;
+    the same test rejects the draft's own joint distribution, so it can fail. With a
+    small draft vocabulary the tokens it cannot propose come only from replacements.
+    The n-gram draft's prompt is said twice, so that its last tokens match."""
     n = 2000
     prompt_ids = model.tokenize(PROMPT, add_bos=True, special=True)
+    if draft_kind == "ngram":
+        prompt_ids = prompt_ids + prompt_ids[1:]
     expected = _exact_joint(model, prompt_ids)
     draft = None
     if draft_kind == "other-model":
@@ -235,7 +240,8 @@ def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf,
     vocab = model.n_vocab // 2 if draft_kind == "river-small-vocab" else None
     if vocab is not None:  # the draft cannot propose a good share of the second tokens
         assert sum(p for (_, t2), p in expected.items() if t2 >= vocab) > 0.1
-    spec = Speculative(draft=draft or "river", max_draft=2, adaptive=False, draft_vocab=vocab)
+    name = "ngram" if draft_kind == "ngram" else "river"
+    spec = Speculative(draft=draft or name, max_draft=2, adaptive=False, draft_vocab=vocab)
     observed: dict = {}
     model.reset()
     try:
@@ -248,6 +254,31 @@ def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf,
             draft.close()
     stat, df = _chi_square(observed, expected, n)
     assert stat < _chi_square_quantile(df), f"chi-square {stat:.1f} with {df} df"
+
+
+@pytest.mark.parametrize("draft", ["river+ngram", "river", "ngram", "other-model"])
+def test_sampled_speculative_tokens_are_the_plain_runs_for_the_same_seed(model, make_tiny_gguf, draft):
+    """Each token is the backbone's sample with its position's seeded draw, drafted or
+    not: a speculative run and a plain one with the same seed emit the same tokens.
+    The prompt repeats itself, so that n-gram matches draft too."""
+    prompt_ids = model.tokenize(PROMPT, add_bos=True, special=True) * 2
+    other = None
+    if draft == "other-model":
+        other = RiverModel(make_tiny_gguf("draft_sampling", seed=11), n_ctx=N_CTX, n_threads=1, river=None)
+    spec = Speculative(draft=other or draft, max_draft=3, adaptive=False)
+    options = dict(max_tokens=24, temperature=0.8, top_k=20, top_p=0.95, min_p=0.0)
+    drafted = accepted = 0
+    try:
+        for seed in range(6):
+            plain = model.generate(prompt_ids, seed=seed, speculative=False, **options)
+            fast = model.generate(prompt_ids, seed=seed, speculative=spec, **options)
+            assert fast.token_ids == plain.token_ids, f"seed {seed}"
+            drafted += fast.speculative.drafted
+            accepted += fast.speculative.accepted
+    finally:
+        if other is not None:
+            other.close()
+    assert 0 < accepted < drafted  # drafts were kept and replaced: both paths ran
 
 
 def test_the_sampling_test_can_fail(model, make_tiny_gguf):

@@ -79,46 +79,83 @@ def add_signal_taus_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
-    """--speculative, --draft-max, --draft-p-min and --draft-vocab (generate, eval, humaneval)."""
-    from river_cpp.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN
+    """--speculative, --draft and the draft's options (generate, chat, serve, eval, humaneval)."""
+    from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
+    from river_cpp.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN, DRAFTS
 
-    group = p.add_argument_group("lossless River (speculative decoding)")
+    group = p.add_argument_group("lossless decoding (drafts verified by the backbone)")
     group.add_argument(
         "--speculative",
         action="store_true",
-        help="the river drafts tokens, the backbone verifies them: the backbone's own tokens",
+        help="draft and verify even with a lossy preset or exit option: the backbone's own tokens "
+        "(with --tau/--exit-layer/--policy, River's exits draft); the lossless preset always does",
+    )
+    group.add_argument(
+        "--draft",
+        choices=[*DRAFTS, "none"],
+        default=None,
+        help="what drafts: n-gram matches from the context and the river, each round the one that "
+        "pays (river+ngram, the default), one of them, or none (plain decoding of the backbone)",
     )
     group.add_argument(
         "--draft-max",
         type=int,
         default=DEFAULT_MAX_DRAFT,
         metavar="N",
-        help=f"with --speculative: most drafted tokens per round (default {DEFAULT_MAX_DRAFT})",
+        help=f"most drafted tokens per round (default {DEFAULT_MAX_DRAFT})",
     )
     group.add_argument(
         "--draft-p-min",
         type=float,
         default=DEFAULT_P_MIN,
         metavar="P",
-        help=f"with --speculative: stop a round's draft below this top probability (default {DEFAULT_P_MIN:g}: never)",
+        help=f"stop a river draft below this top probability (default {DEFAULT_P_MIN:g}: never)",
     )
     group.add_argument(
         "--draft-vocab",
         type=int,
         default=DEFAULT_DRAFT_VOCAB or 0,
         metavar="N",
-        help="with --speculative: the river drafts only token ids below N; 0: all"
-        f" (default {DEFAULT_DRAFT_VOCAB or 0})",
+        help=f"the river drafts only token ids below N; 0: all (default {DEFAULT_DRAFT_VOCAB or 0})",
+    )
+    group.add_argument(
+        "--ngram-min", type=int, default=DEFAULT_NGRAM_MIN, metavar="N", help=f"(default {DEFAULT_NGRAM_MIN})"
+    )
+    group.add_argument(
+        "--ngram-max",
+        type=int,
+        default=DEFAULT_NGRAM_MAX,
+        metavar="N",
+        help=f"n-gram sizes matched in the context, longest first (default {DEFAULT_NGRAM_MAX})",
     )
 
 
-def speculative(args: argparse.Namespace):
-    """The river_cpp.Speculative that --speculative (or a lossless --preset) asks for, or None."""
+def speculative(args: argparse.Namespace, *, policy=None, has_river: bool = True):
+    """The river_cpp.Speculative that the options ask for, or False (plain decoding).
+
+    The lossless preset drafts unless a lossy exit option (`policy`) is given;
+    --speculative drafts whatever the preset (with River's exits when `policy` is
+    given); --draft none never drafts. Without a river the default draft is n-gram
+    matches alone.
+    """
     from river_cpp.presets import preset
+    from river_cpp.speculative import DEFAULT_DRAFT, Speculative
 
     chosen = getattr(args, "preset", None)
-    if not args.speculative and not (chosen and preset(chosen).speculative):
-        return None
-    from river_cpp.speculative import Speculative
-
-    return Speculative(max_draft=args.draft_max, p_min=args.draft_p_min, draft_vocab=args.draft_vocab or None)
+    wanted = args.speculative or (chosen is not None and preset(chosen).speculative and policy is None)
+    if not wanted or args.draft == "none":
+        return False
+    if args.draft is not None:
+        draft = args.draft
+    elif policy is not None:
+        draft = policy
+    else:
+        draft = DEFAULT_DRAFT if has_river else "ngram"
+    return Speculative(
+        draft=draft,
+        max_draft=args.draft_max,
+        p_min=args.draft_p_min,
+        draft_vocab=args.draft_vocab or None,
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
+    )

@@ -10,7 +10,6 @@ from river_cpp.cli.generate import (
     add_speculative_arguments,
     open_model,
     sampling,
-    speculative,
 )
 
 
@@ -42,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
             model,
             system=args.system,
             max_tokens=args.max_tokens,
-            sampling={**sampling(args), "seed": args.seed},
-            speculative=speculative(args),
+            sampling=sampling(args),
         )
         return repl(session, min_layer=args.min_layer)

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             work,
             ladder=ladder,
             n_threads=args.threads,
-            speculative=speculative(args),
+            speculative=speculative(args) or None,
             seed=args.seed,
             progress=progress,
             on_row=on_row,

@@ -7,8 +7,9 @@ import sys
 from typing import Optional, Union
 
 from river_cpp.cli._common import add_speculative_arguments, model_path, speculative
-from river_cpp.policy import ExitPolicy
+from river_cpp.policy import ExitPolicy, exit_policy
 from river_cpp.presets import DEFAULT, PRESETS, Preset, preset
+from river_cpp.sampling import SamplingParams
 
 __all__ = [
     "add_model_arguments",
@@ -50,14 +51,16 @@ def add_sampling_arguments(p: argparse.ArgumentParser, *, temperature: float = 0
     p.add_argument("--seed", type=int, help="seed for sampling (default: random)")
 
 
-def sampling(args: argparse.Namespace) -> dict:
-    """The sampling options of add_sampling_arguments, as generate's keywords."""
-    return dict(
+def sampling(args: argparse.Namespace) -> SamplingParams:
+    """The SamplingParams of add_sampling_arguments' options (and --stop where given)."""
+    return SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         min_p=args.min_p,
         repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+        stop=tuple(getattr(args, "stop", ())),
     )
 
 
@@ -87,9 +90,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--preset",
         choices=list(PRESETS),
         default=DEFAULT.name,
-        help="default: a Q8_0 river and head, the prompt on the backbone, every decoded token on "
-        "the river; paper: the paper's River (Q4_0 river, the backbone's head, the prompt "
-        "exits too, tau 0.98); the options below override it",
+        help="lossless (default): the backbone's own tokens, drafted by n-gram matches and an "
+        "IQ4_NL river and verified by the backbone; fast (lossy): a Q8_0 river and head, "
+        "the prompt on the backbone, every decoded token on the river; paper (lossy): the "
+        "paper's River (Q4_0 river, the backbone's head, the prompt exits too, tau 0.98); "
+        "the options below override it (--tau, --exit-layer and --policy are lossy)",
     )
     river.add_argument(
         "--river",
@@ -139,15 +144,15 @@ def open_model(args: argparse.Namespace, **options):
     chosen = preset(args.preset)
     river = args.river if args.river is not None else chosen.river
     river = None if river.lower() == "none" else river
-    if getattr(args, "speculative", False) and river is None:
-        raise ValueError("--speculative needs a river to draft with")
+    lossy = _lossy_policy(args, chosen)
     return RiverModel(
         model_path(args.model),
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         seed=getattr(args, "seed", None),
         river=river,
-        policy=_policy(args, chosen, river),
+        policy=lossy or (chosen.policy if river is not None else None),
+        speculative=speculative(args, policy=lossy, has_river=river is not None),
         prefill=args.prefill or chosen.prefill,
         tail_layers=args.tail_layers,
         river_head=_river_head(args.river_head, chosen, river),
@@ -159,14 +164,14 @@ def open_model(args: argparse.Namespace, **options):
     )
 
 
-def _policy(args: argparse.Namespace, chosen: Preset, river: Optional[str]) -> Optional[ExitPolicy]:
-    if args.policy is not None:
-        return ExitPolicy.load(args.policy)
-    if args.tau is not None:
-        return ExitPolicy.uniform(args.tau, min_layer=chosen.min_layer if args.min_layer is None else args.min_layer)
-    if args.exit_layer is not None:
-        return ExitPolicy.at_layer(args.exit_layer)
-    return chosen.policy if river is not None else None  # without a river: the backbone alone
+def _lossy_policy(args: argparse.Namespace, chosen: Preset) -> Optional[ExitPolicy]:
+    """The exit policy of --tau, --exit-layer or --policy (None when none is given)."""
+    return exit_policy(
+        tau=args.tau,
+        exit_layer=args.exit_layer,
+        policy=ExitPolicy.load(args.policy) if args.policy is not None else None,
+        min_layer=chosen.min_layer if args.min_layer is None else args.min_layer,
+    )
 
 
 def _river_head(value: Optional[str], chosen: Preset, river: Optional[str]) -> Union[bool, str, None]:
@@ -180,14 +185,12 @@ def _river_head(value: Optional[str], chosen: Preset, river: Optional[str]) -> U
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = speculative(args)
+    params = sampling(args)
     with open_model(args) as model:
         prompt = args.prompt
         if args.chat:
             prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-        stream = model.generate(
-            prompt, max_tokens=args.max_tokens, **sampling(args), stop=args.stop, speculative=spec, stream=True
-        )
+        stream = model.generate(prompt, max_tokens=args.max_tokens, sampling=params, stream=True)
         if args.show_exits:
             from river_cpp.exit_display import ExitPainter
 
@@ -209,19 +212,4 @@ def run(args: argparse.Namespace) -> int:
         print(result.speculative.summary(), file=sys.stderr)
     elif model_has_river:
         print(result.exit_stats.summary(), file=sys.stderr)
-        if _uses_defaults(args):
-            print(LOSSLESS_HINT, file=sys.stderr)
     return 0
-
-
-# Printed after a lossy default decode: the exact alternative (docs/results.md).
-LOSSLESS_HINT = (
-    "river-cpp: these tokens came from the Q8_0 river; for the backbone's own tokens, "
-    "faster than the backbone on 0.5B+ models, add --preset lossless"
-)
-
-
-def _uses_defaults(args: argparse.Namespace) -> bool:
-    """No preset, river route or policy was chosen: the user took the default decode."""
-    chosen = (args.river, args.tau, args.exit_layer, args.policy, args.prefill, args.river_head)
-    return args.preset == DEFAULT.name and all(value is None for value in chosen)

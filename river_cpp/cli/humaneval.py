@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"river-cpp: error: {error}", file=sys.stderr)
         return 1
     path = Path(model_path(args.model))
-    lossless = speculative(args)
+    lossless = speculative(args) or None
     if lossless is not None:
         if args.tau is not None or args.policy:
             print(

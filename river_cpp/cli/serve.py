@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=args.allowed_host,
         cors_origins=args.cors_origin,
         insecure=args.insecure,
-        speculative=speculative(args),
+        speculative=speculative(args) or None,
         **{name: value for name, value in limits.items() if value is not None},
     )
     config.check()  # before loading anything

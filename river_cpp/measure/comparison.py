@@ -44,7 +44,7 @@ from river_cpp.measure.evaluate import (
 from river_cpp.measure.weight_bytes import WeightBytes
 from river_cpp.model import RiverModel
 from river_cpp.policy import ExitPolicy
-from river_cpp.presets import DEFAULT, PAPER
+from river_cpp.presets import FAST, PAPER
 
 if TYPE_CHECKING:
     from river_cpp.speculative import Speculative
@@ -52,10 +52,10 @@ if TYPE_CHECKING:
 FORMAT = "river-cpp-eval/1"
 # The extensions beyond the paper's River that `eval` can add (issue 5's b-e).
 VARIANTS = ("update_norm", "backbone_prompt", "river_types", "head")
-VARIANT_RIVER_TYPES = ("iq4_nl", DEFAULT.river)
+VARIANT_RIVER_TYPES = ("iq4_nl", FAST.river)
 # The paper's river with its last MIXED_LAST layers in MIXED_TYPE: where low bits cost most.
-MIXED_LAST, MIXED_TYPE = 4, DEFAULT.river
-HEAD_TYPE = DEFAULT.river_head
+MIXED_LAST, MIXED_TYPE = 4, FAST.river
+HEAD_TYPE = FAST.river_head
 _MIB = 1024 * 1024
 # Row groups: what a row is, for tables and plots.
 STATIC, RANDOM, VARIANT, FULL_RIVER, LLAMA = "static control", "random control", "variant", "full river", "llama.cpp"

@@ -87,6 +87,7 @@ def teacher_forced(
     *,
     before_step: Optional[Callable[[int], None]] = None,
     batched: bool = False,
+    policy: Optional[ExitPolicy] = None,
 ) -> ForcedRun:
     """From an empty cache, prefill `prompt`, then feed `continuation` one token at a
     time (generation's loop, choosing the continuation's tokens).
@@ -95,6 +96,7 @@ def teacher_forced(
     runs before the forward that produces row i (for per-token policies).
     batched: one forward of prompt + continuation[:-1] instead, for a model whose
     tokens take no per-token decisions (llama.cpp: the same logits, much faster).
+    policy: the exit policy of the run (None: the model's).
     """
     model.reset()
     if batched:
@@ -107,7 +109,7 @@ def teacher_forced(
     after = None if before_step is None else (lambda i: before_step(i + 1) if i + 1 < len(continuation) else None)
     rows, exits = [], []
     for step in itertools.islice(
-        generate_step(model, prompt, ForcedTokens(continuation, after=after)), len(continuation)
+        generate_step(model, prompt, ForcedTokens(continuation, after=after), policy=policy), len(continuation)
     ):
         rows.append(step.logits.copy())
         exits.append(step.exit_layer)
@@ -246,8 +248,9 @@ def greedy_tokens(
     *,
     before_step: Optional[Callable[[int], None]] = None,
     speculative: Optional[Speculative] = None,
+    policy: Optional[ExitPolicy] = None,
 ) -> list[int]:
-    """The greedy continuation under the model's current policy (no stop tokens),
+    """The greedy continuation under `policy` (None: the model's; no stop tokens),
     from an empty cache.
 
     `before_step(i)` runs before the forward whose logits choose token i, as in
@@ -257,7 +260,7 @@ def greedy_tokens(
     if before_step is not None:
         before_step(0)
     after = None if before_step is None else (lambda i: before_step(i + 1) if i + 1 < n_tokens else None)
-    steps = generate_step(model, prompt, _then(greedy, after), speculative=speculative)
+    steps = generate_step(model, prompt, _then(greedy, after), policy=policy, speculative=speculative)
     tokens = [step.token for step in itertools.islice(steps, n_tokens)]
     steps.close()
     return tokens
@@ -275,10 +278,6 @@ def tokens_until_divergence(reference: Sequence[int], other: Sequence[int]) -> i
 
 def backbone_reference(model: RiverModel, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], ForcedRun]:
     """The backbone's greedy continuation of `prompt` and its own forced logits."""
-    policy = model.policy
-    model.policy = ExitPolicy.never()
-    try:
-        continuation = greedy_tokens(model, prompt, n_tokens)
-        return continuation, teacher_forced(model, prompt, continuation)
-    finally:
-        model.policy = policy
+    never = ExitPolicy.never()
+    continuation = greedy_tokens(model, prompt, n_tokens, policy=never)
+    return continuation, teacher_forced(model, prompt, continuation, policy=never)

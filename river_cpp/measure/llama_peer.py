@@ -16,8 +16,10 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.context import check_fits
 from river_cpp.gguf_info import read_gguf_info
 from river_cpp.language_model import ROUTES
+from river_cpp.policy import ExitPolicy
 from river_cpp.tokenizer import Tokenizer
 
 N_BATCH = 512
@@ -47,6 +49,7 @@ class LlamaCppPeer:
         self.name = name or f"llama.cpp {self.path.name}"
         self.seed = seed
         n_threads = default_n_threads() if n_threads is None else n_threads
+        self._n_threads = n_threads
         self._n_layer = int(read_gguf_info(self.path).n_layer)
         set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
         self._llama_cpp = llama_cpp
@@ -106,6 +109,25 @@ class LlamaCppPeer:
         return self._n_layer
 
     @property
+    def n_threads(self) -> int:
+        return self._n_threads
+
+    @property
+    def has_river(self) -> bool:
+        return False
+
+    @property
+    def policy(self) -> ExitPolicy:
+        """One weight set: no token leaves it."""
+        return ExitPolicy.never()
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        if not isinstance(policy, ExitPolicy):
+            raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
+        if policy.exits(self.n_layer):
+            raise ValueError(f"{self.name} has no river: only ExitPolicy.never() applies")
+
+    @property
     def tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
@@ -129,24 +151,32 @@ class LlamaCppPeer:
         self.llama._ctx.kv_cache_seq_rm(-1, int(n_past), -1)
         self.llama.n_tokens = int(n_past)
 
-    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt") -> int:
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """No prompt cache: every prompt runs from an empty cache."""
         return 0
 
-    def forward(self, ids: Sequence[int], *, last_only: bool = False, route: str = "auto") -> np.ndarray:
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+    ) -> np.ndarray:
         """Append `ids` to the cache, in N_BATCH-token batches; float32 logits
         [len(ids), n_vocab], or [1, n_vocab] of the last position when `last_only`
-        (then llama.cpp computes no other row)."""
+        (then llama.cpp computes no other row). No token exits: `policy` must never
+        exit, and `exit_vocab` (which limits exited tokens) changes nothing."""
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if policy is not None:
+            self.check_policy(policy)
         ids = [int(t) for t in ids]
         if not ids:
             raise ValueError("ids must be a non-empty sequence of token ids")
         llama = self.llama
-        if llama.n_tokens + len(ids) > self.n_ctx:
-            raise ValueError(
-                f"context overflow: {llama.n_tokens} cached + {len(ids)} new tokens > n_ctx = {self.n_ctx}"
-            )
+        check_fits(len(ids), self.n_ctx, cached=llama.n_tokens, room=0)
         n_vocab = self.n_vocab
         logits = np.empty((1 if last_only else len(ids), n_vocab), dtype=np.float32)
         llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)

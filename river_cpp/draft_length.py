@@ -1,0 +1,238 @@
+"""How much to draft each round, and from which source: the adaptive draft length.
+
+With per-token acceptance a, k drafted tokens yield (1 - a^(k+1)) / (1 - a) tokens
+on average and cost k drafts plus one verify of k+1 positions. Drafts and verifies
+are timed as they run (medians of recent rounds, per verify size); each round takes
+the source and the k with the most tokens per second, where k = 0 is plain decoding.
+The verify costs are the backbone's and shared by every source; acceptance and the
+cost of a drafted token are each source's own (the river's is a forward of its
+layers, an n-gram's a dictionary probe). So a prompt no source can follow falls
+back to plain decoding, trying a one-token draft now and then to notice when
+drafting pays again. Each probe that finds it still does not pay doubles the wait
+before the next: a probe costs more than the plain step it replaces, and on a model
+where drafting never pays, steady probing alone cost 3-4% of its speed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+from typing import Mapping, Optional
+
+PLAIN = "plain"  # the source of a round that drafts nothing
+
+
+class VerifyCosts:
+    """Recent timings of the backbone verifying n positions, and the curve through them."""
+
+    _WINDOW = 9  # recent timings kept per size
+    _PRIOR_SLOPE = 0.25  # extra verify cost per position past those measured, relative to one
+    _TRUSTED_TIMINGS = 3  # timings of a size before its median alone is its cost
+
+    def __init__(self) -> None:
+        self._times: dict[int, deque[float]] = {}
+
+    def observe(self, positions: int, seconds: float) -> None:
+        self._times.setdefault(positions, deque(maxlen=self._WINDOW)).append(seconds)
+
+    def timings(self, positions: int) -> int:
+        """How many recent timings of `positions` there are."""
+        return len(self._times.get(positions, ()))
+
+    @property
+    def longest(self) -> int:
+        """The most positions verified so far."""
+        return max(self._times)
+
+    def costs(self, sizes: range) -> dict[int, float]:
+        """Seconds to verify each of `sizes` positions: the more optimistic of two
+        curves (_curve), one through every verified size's recent median, one through
+        only the sizes verified at least _TRUSTED_TIMINGS times (and one position, which
+        every estimate rests on). A first verify may meet a stall of the machine, and
+        one slow timing must not rule its size out for good (replayed on a recorded
+        0.5B HumanEval trace, that kept a run at plain decoding to its end); an
+        optimistic guess is tried and then known. Computed once per decision."""
+        medians = {size: median(times) for size, times in sorted(self._times.items())}
+        trusted = {
+            size: cost for size, cost in medians.items() if size == 1 or len(self._times[size]) >= self._TRUSTED_TIMINGS
+        }
+        every, sure = self._curve(medians, sizes), self._curve(trusted, sizes)
+        return {n: min(every[n], sure[n]) for n in sizes}
+
+    def _curve(self, medians: dict[int, float], sizes: range) -> dict[int, float]:
+        """Verify seconds of `sizes` from the medians of some measured sizes (sorted,
+        1 among them): a measured size costs its median; between two, the line joining
+        them; past the largest, its cost plus an optimistic slope per position (the
+        smaller of _PRIOR_SLOPE and the last measured step). Measured curves step and
+        flatten (2 positions cost 1.6-1.8x one, 5 barely more than 3 on the 0.5B
+        model): a line fitted through the small sizes overstated the long ones, so
+        they were never tried."""
+        known = list(medians)
+        slope = self._PRIOR_SLOPE * medians[1]
+        if len(known) > 1:  # the last measured step, where it is smaller
+            step = (medians[known[-1]] - medians[known[-2]]) / (known[-1] - known[-2])
+            slope = min(slope, max(step, 0.0))
+        costs = {}
+        for n in sizes:
+            if n in medians:
+                costs[n] = medians[n]
+            elif n > known[-1]:
+                costs[n] = medians[known[-1]] + slope * (n - known[-1])
+            else:
+                lo = max(k for k in known if k < n)
+                hi = min(k for k in known if k > n)
+                costs[n] = medians[lo] + (medians[hi] - medians[lo]) * (n - lo) / (hi - lo)
+        return costs
+
+
+class SourceEstimate:
+    """One draft source's running acceptance and cost per drafted token."""
+
+    _DECAY = 0.9  # weight of the past in the running acceptance, per drafting round
+    _PLAIN_DECAY = 0.97  # ... and per round the source did not draft
+    _WINDOW = 9
+    _PRIOR_ACCEPTANCE = 0.7
+
+    def __init__(self) -> None:
+        self._accepted = self._PRIOR_ACCEPTANCE  # decayed counts of accepted / offered drafts
+        self._offered = 1.0
+        self.draft: deque[float] = deque(maxlen=self._WINDOW)  # seconds per drafted token
+        self.drafted_round = 0  # the last round it drafted
+
+    @property
+    def acceptance(self) -> float:
+        return self._accepted / self._offered
+
+    def observe(self, round_: int, n_drafted: int, n_accepted: int, draft_seconds: float, forwards: int) -> None:
+        if forwards:
+            self.draft.append(draft_seconds / forwards)
+        # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
+        offered = n_accepted + (1 if n_accepted < n_drafted else 0)
+        # The past fades with every round, so that a probe after a long plain stretch
+        # speaks for the text as it is now; rounds without this source fade it more
+        # slowly, or one accepted probe alone sets the estimate near 1 and the next round
+        # drafts 8 tokens (on the demo model, where drafting never pays, that cost it
+        # several percent of its speed; docs/results.md, "Lossless River").
+        fade = self._DECAY * self._PLAIN_DECAY ** max(round_ - self.drafted_round - 1, 0)
+        self._accepted = fade * self._accepted + n_accepted
+        self._offered = fade * self._offered + offered
+        self.drafted_round = round_
+
+
+class DraftLength:
+    """Each round's draft source and length, from the running acceptance and measured costs.
+
+    choose() takes the sources on offer this round with the most tokens each can
+    draft (an n-gram match proposes a few; the river any number) and returns the
+    best (source, k); observe() records the round.
+    """
+
+    _FIRST_DRAFT = 2  # the first drafting round's length, which measures a costly source's cost
+    _PROBE_EVERY = 32  # rounds of plain decoding before the first probing draft
+    _PROBE_EVERY_MAX = 128
+    # Draft only when it promises this much more speed than plain decoding: where the
+    # two are close, the estimates' noise decides, and each wrong draft costs more than
+    # a wrong plain step (the demo model lost 6-7% that way at a predicted break-even).
+    _MIN_GAIN = 0.05
+    _TRUSTED_TIMINGS = VerifyCosts._TRUSTED_TIMINGS
+    # Every decision weighs drafting against one position's verify, which only plain
+    # rounds time: the first (and the first after a new graph is built) may include
+    # building it, and a cost measured while the machine was slow would, if drafting
+    # then looked good, never be timed again. So drafting starts after three such
+    # timings, and a drafting stretch re-times one position every _RETIME_EVERY rounds
+    # (in replays, at most 0.5% of the speed where drafting pays).
+    _RETIME_EVERY = 32
+
+    def __init__(self, max_draft: int, adaptive: bool, *, free_sources: frozenset[str] = frozenset()) -> None:
+        """free_sources: sources whose drafting costs nothing worth timing before their
+        first round (n-gram lookups): they need no first measuring draft."""
+        self.max_draft = max_draft
+        self.adaptive = adaptive
+        self.free_sources = free_sources
+        self.verify = VerifyCosts()
+        self.sources: dict[str, SourceEstimate] = {}
+        self._rounds = 0
+        self._timed_one_round = 0  # the last round that verified one position
+        self._plain_rounds = 0
+        self._probe_every = self._PROBE_EVERY
+
+    def estimate(self, source: str) -> SourceEstimate:
+        return self.sources.setdefault(source, SourceEstimate())
+
+    @property
+    def acceptance(self) -> float:
+        """The single-source acceptance (the first source seen; the prior before any)."""
+        return next(iter(self.sources.values()), SourceEstimate()).acceptance
+
+    def next(self, room: int, source: str = "river") -> int:
+        """The draft length of the next round for one source that can draft any
+        length, at most `room`."""
+        return self.choose(room, {source: self.max_draft})[1]
+
+    def choose(self, room: int, offers: Mapping[str, int]) -> tuple[str, int]:
+        """(source, k) of the next round: `offers` maps each source that can draft this
+        round to the most tokens it can propose; k = 0 (source PLAIN) is plain decoding.
+        At most `room` tokens."""
+        self._rounds += 1
+        offers = {source: min(limit, self.max_draft, room) for source, limit in offers.items() if limit > 0}
+        if not offers or room <= 0:
+            return self._plain()
+        if not self.adaptive:
+            source = next(iter(offers))
+            return source, offers[source]
+        if self.verify.timings(1) < self._TRUSTED_TIMINGS:
+            return self._plain()  # the cost of one backbone token, which estimates rest on
+        for source, limit in offers.items():
+            if source not in self.free_sources and not self.estimate(source).draft:
+                return source, min(self._FIRST_DRAFT, limit)  # its cost, measured
+        source, k = self._best(offers)
+        if k > 0 and self._rounds - self._timed_one_round > self._RETIME_EVERY:
+            return self._plain()
+        if k > 0:
+            self._plain_rounds, self._probe_every = 0, self._PROBE_EVERY
+            return source, k
+        self._plain_rounds += 1
+        if self._plain_rounds >= self._probe_every:
+            self._plain_rounds = 0
+            self._probe_every = min(2 * self._probe_every, self._PROBE_EVERY_MAX)
+            return next(iter(offers)), 1
+        return PLAIN, 0
+
+    def _plain(self) -> tuple[str, int]:
+        return PLAIN, 0
+
+    def _best(self, offers: Mapping[str, int]) -> tuple[str, int]:
+        verify = self.verify.costs(range(1, self.max_draft + 2))
+        best: tuple[str, int] = (PLAIN, 0)
+        best_rate = (1.0 + self._MIN_GAIN) / verify[1]
+        # Explore at most twice the longest draft verified so far: a guessed cost past it
+        # is optimistic, and a wrong guess of 8 drafts cost the demo model 7 tokens' time.
+        explore = max(2, 2 * (self.verify.longest - 1))
+        for source, limit in offers.items():
+            estimate = self.estimate(source)
+            a = min(estimate.acceptance, 0.999)
+            draft_seconds = median(estimate.draft) if estimate.draft else 0.0
+            for k in range(1, min(limit, explore) + 1):
+                expected = (1 - a ** (k + 1)) / (1 - a)
+                rate = expected / (k * draft_seconds + verify[k + 1])
+                if rate > best_rate:
+                    best, best_rate = (source, k), rate
+        return best
+
+    def observe(
+        self,
+        *,
+        n_drafted: int,
+        n_accepted: int,
+        draft_seconds: float,
+        verify_seconds: float,
+        draft_forwards: int,
+        source: Optional[str] = None,
+    ) -> None:
+        """Record one round (`source`: the one that drafted; None for a single-source
+        controller, whose source is "river")."""
+        self.verify.observe(n_drafted + 1, verify_seconds)
+        if not n_drafted:
+            self._timed_one_round = self._rounds
+            return
+        self.estimate(source or "river").observe(self._rounds, n_drafted, n_accepted, draft_seconds, draft_forwards)

@@ -1,0 +1,158 @@
+"""Draft sources for lossless decoding, behind one interface: each proposes up to k
+tokens continuing the accepted history, and the backbone verifies them
+(river_cpp.acceptance).
+
+- RiverDraft: the river (or River's own exits) on the backbone's shared cache.
+- ModelDraft: a separate smaller model with its own cache.
+- NgramDraft: the continuation of the context's last n-gram where it occurred before
+  (prompt lookup); costs a dictionary probe, proposes only where the text repeats.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, Sequence
+
+import numpy as np
+
+from river_cpp.acceptance import sample
+from river_cpp.language_model import LanguageModel
+from river_cpp.ngram import NgramIndex
+from river_cpp.policy import ExitPolicy
+from river_cpp.sampling import Sampler
+from river_cpp.steps import prefill
+
+
+class Proposal:
+    """What a source drafted in one round: tokens and the forwards it ran."""
+
+    __slots__ = ("tokens", "forwards")
+
+    def __init__(self, tokens: Optional[list[int]] = None) -> None:
+        self.tokens: list[int] = tokens or []
+        self.forwards = 0
+
+
+class Draft(Protocol):
+    """A draft source: begin() once per generation, then per round propose() and keep()."""
+
+    def begin(self, history: Sequence[int]) -> None:
+        """Called with the prompt before the first round."""
+        ...
+
+    def available(self, history: Sequence[int], max_tokens: int) -> int:
+        """How many tokens it can propose after `history` this round (0: none)."""
+        ...
+
+    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+        """Up to k tokens continuing `history` (fewer when its confidence falls below p_min)."""
+        ...
+
+    def keep(self, history: Sequence[int]) -> None:
+        """The round's accepted tokens are the end of `history` now."""
+        ...
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    """The largest softmax probability of `logits` (temperature 1)."""
+    top = float(logits.max())
+    return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
+
+
+class _ForwardDraft:
+    """A draft that runs a model's forward per token and samples from its logits."""
+
+    model: LanguageModel
+
+    def available(self, history: Sequence[int], max_tokens: int) -> int:
+        return max_tokens
+
+    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+        proposal = Proposal()
+        # Each drafted token is the draft's sample with the draw its position will be
+        # verified with, so that it is kept whenever the backbone samples the same.
+        uniforms = sampler.peek(k)
+        while len(proposal.tokens) < k:
+            context = list(history) + proposal.tokens
+            logits = self._forward(context[self.model.n_past :])
+            proposal.forwards += 1
+            if p_min > 0.0 and _top_probability(logits) < p_min:
+                break
+            proposal.tokens.append(sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)]))
+        return proposal
+
+    def _forward(self, ids: Sequence[int]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class RiverDraft(_ForwardDraft):
+    """The river drafting on the backbone's own cache, under an exit policy (every
+    layer on the river: ExitPolicy.at_layer(0)). Its K/V rows are the ones the verify
+    overwrites, so the target rewinds the shared cache itself."""
+
+    def __init__(self, model: LanguageModel, policy: ExitPolicy, vocab: Optional[int]) -> None:
+        if not model.has_river:
+            raise ValueError("drafting with the river needs a model with a river")
+        self.model = model
+        self.policy = policy
+        self.vocab = None if vocab is None or vocab >= model.n_vocab else vocab
+
+    def begin(self, history: Sequence[int]) -> None:
+        pass
+
+    def _forward(self, ids: Sequence[int]) -> np.ndarray:
+        return self.model.forward(ids, last_only=True, route="decode", policy=self.policy, exit_vocab=self.vocab)[0]
+
+    def keep(self, history: Sequence[int]) -> None:
+        pass
+
+
+class ModelDraft(_ForwardDraft):
+    """A separate model with its own cache, drafting with its full weights."""
+
+    def __init__(self, model: LanguageModel, draft: LanguageModel) -> None:
+        if draft is model:
+            raise ValueError('a model cannot draft for itself: use draft="river"')
+        if draft.n_vocab != model.n_vocab:
+            raise ValueError(f"the draft's vocabulary ({draft.n_vocab}) differs from the model's ({model.n_vocab})")
+        self.model = draft
+
+    def begin(self, history: Sequence[int]) -> None:
+        """Bring the draft's cache to the prompt (all of `history` but its last token,
+        reusing what it holds) with the target's prefill, not inside the first round."""
+        if len(history) > 1:
+            prefill(self.model, history[:-1], route="backbone")
+
+    def _forward(self, ids: Sequence[int]) -> np.ndarray:
+        return self.model.forward(ids, last_only=True, route="backbone")[0]
+
+    def keep(self, history: Sequence[int]) -> None:
+        # Its cache may hold rejected drafts past the accepted history (all but the last token).
+        self.model.rewind(min(len(history) - 1, self.model.n_past))
+
+
+class NgramDraft:
+    """The context's own continuation: after the last n tokens (n_max down to n_min),
+    the tokens that followed their most recent earlier occurrence. Deterministic, and
+    free next to a forward. `last_n` is the size of the n-gram the last available()
+    matched (drafting statistics are kept per size: a 3-gram match is a better bet
+    than a 1-gram one)."""
+
+    def __init__(self, n_min: int, n_max: int) -> None:
+        self._n_min, self._n_max = n_min, n_max
+        self.index = NgramIndex(n_min, n_max)
+        self._proposed: list[int] = []
+        self.last_n = 0
+
+    def begin(self, history: Sequence[int]) -> None:
+        self.index = NgramIndex(self._n_min, self._n_max)
+        self.index.extend(history)
+
+    def available(self, history: Sequence[int], max_tokens: int) -> int:
+        self._proposed, self.last_n = self.index.propose(max_tokens)
+        return len(self._proposed)
+
+    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+        return Proposal(self._proposed[:k])
+
+    def keep(self, history: Sequence[int]) -> None:
+        self.index.extend(history[len(self.index.tokens) :])

@@ -1,0 +1,54 @@
+"""N-gram drafts from the context (prompt lookup): the tokens that followed the last
+place where the context's last n tokens occurred before.
+
+Where the output repeats its input (an edited function, a rewritten paragraph, an
+answer quoting a pasted text), that continuation is accepted many tokens at a time
+and costs nothing to propose. Indexed incrementally: each new token adds one entry
+per n-gram size, and a lookup is one dictionary probe per size, microseconds at any
+context length.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+DEFAULT_NGRAM_MIN = 1
+DEFAULT_NGRAM_MAX = 3
+
+
+class NgramIndex:
+    """For each n in [n_min, n_max]: the n-gram -> where its most recent earlier
+    occurrence ended (the position of the token that followed it).
+
+    >>> index = NgramIndex(1, 2)
+    >>> index.extend([5, 6, 7, 5, 6])
+    >>> index.propose(4)
+    ([7, 5, 6], 2)
+    """
+
+    def __init__(self, n_min: int = DEFAULT_NGRAM_MIN, n_max: int = DEFAULT_NGRAM_MAX) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"n-gram sizes need 1 <= n_min <= n_max, got {n_min} and {n_max}")
+        self.n_min, self.n_max = n_min, n_max
+        self.tokens: list[int] = []
+        self._ends: list[dict[tuple[int, ...], int]] = [{} for _ in range(n_max + 1)]
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens to the context."""
+        for token in tokens:
+            # Every n-gram ending at the current last token gains a continuation: `token`.
+            end = len(self.tokens)
+            for n in range(self.n_min, min(self.n_max, end) + 1):
+                self._ends[n][tuple(self.tokens[end - n :])] = end
+            self.tokens.append(int(token))
+
+    def propose(self, max_tokens: int) -> tuple[list[int], int]:
+        """Up to `max_tokens` tokens that followed the most recent earlier occurrence of
+        the longest n-gram (n_max down to n_min) the context ends with, and that n;
+        ([], 0) if none matches."""
+        end = len(self.tokens)
+        for n in range(min(self.n_max, end), self.n_min - 1, -1):
+            start = self._ends[n].get(tuple(self.tokens[end - n :]))
+            if start is not None:
+                return self.tokens[start : start + max_tokens], n
+        return [], 0

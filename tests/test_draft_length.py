@@ -1,0 +1,64 @@
+"""The portfolio: each round the draft source with the most expected tokens per second,
+from each source's own acceptance and cost and the shared verify costs."""
+
+from river_cpp.draft_length import PLAIN, DraftLength
+
+FREE = frozenset({"ngram3"})
+
+
+def _round(length: DraftLength, offers: dict, *, accepted: dict, draft_cost: dict, verify_one: float = 1.0):
+    """One simulated round: the choice, then its observation. `accepted[source]`: the
+    share of a drafted run kept; verify costs 1 + 0.3 per extra position."""
+    source, k = length.choose(1000, offers)
+    n_accepted = int(round(accepted.get(source, 0.0) * k))
+    length.observe(
+        n_drafted=k,
+        n_accepted=n_accepted,
+        draft_seconds=k * draft_cost.get(source, 0.0),
+        verify_seconds=verify_one * (1 + 0.3 * k),
+        draft_forwards=0 if source in FREE else k,
+        source=source if k else None,
+    )
+    return source, k
+
+
+def test_a_free_draft_that_is_accepted_wins_over_a_costly_one():
+    length = DraftLength(8, adaptive=True, free_sources=FREE)
+    accepted = {"ngram3": 1.0, "river": 0.6}
+    cost = {"river": 0.35}
+    chosen = [_round(length, {"ngram3": 8, "river": 8}, accepted=accepted, draft_cost=cost)[0] for _ in range(40)]
+    assert chosen[:3] == [PLAIN] * 3  # one position's verify cost first
+    assert chosen[-20:].count("ngram3") >= 18
+
+
+def test_the_river_drafts_where_no_ngram_matches_and_a_bad_ngram_is_dropped():
+    length = DraftLength(8, adaptive=True, free_sources=FREE)
+    accepted = {"ngram3": 0.0, "river": 0.9}
+    cost = {"river": 0.2}
+    chosen = [_round(length, {"ngram3": 4, "river": 8}, accepted=accepted, draft_cost=cost)[0] for _ in range(60)]
+    assert chosen[-20:].count("river") >= 18
+    river_only = [_round(length, {"river": 8}, accepted=accepted, draft_cost=cost)[0] for _ in range(10)]
+    assert river_only.count("river") >= 9
+
+
+def test_no_source_that_pays_means_plain_decoding():
+    length = DraftLength(8, adaptive=True, free_sources=FREE)
+    accepted = {"ngram3": 0.0, "river": 0.0}
+    cost = {"river": 0.5}
+    chosen = [_round(length, {"ngram3": 4, "river": 8}, accepted=accepted, draft_cost=cost) for _ in range(80)]
+    drafted = [k for _, k in chosen[-40:] if k]
+    assert len(drafted) <= 2  # a probe now and then
+
+
+def test_an_offer_bounds_the_length():
+    length = DraftLength(8, adaptive=True, free_sources=FREE)
+    for _ in range(30):
+        source, k = _round(length, {"ngram3": 3}, accepted={"ngram3": 1.0}, draft_cost={})
+        assert k <= 3
+
+
+def test_a_fixed_length_takes_the_first_offer():
+    length = DraftLength(5, adaptive=False)
+    assert length.choose(100, {"ngram2": 3, "river": 5}) == ("ngram2", 3)
+    assert length.choose(100, {}) == (PLAIN, 0)
+    assert length.choose(2, {"river": 5}) == ("river", 2)
