@@ -105,8 +105,9 @@ class RiverModel:
             KV cache is full precision) or "exit" (the prompt exits at one depth, as
             decode tokens do).
         tail_layers: exited tokens return to the backbone for the last m layers.
-        river_head: the LM head of exited tokens. None (default): a Q8_0 head built
-            with the river, or a given river file's own head; False: the backbone's;
+        river_head: the LM head of exited tokens. None (default): a Q4_0 head built
+            with the river (the lossless preset's: the draft's head), or a given river
+            file's own head; False: the backbone's;
             True: a head of the river's type; a type name (e.g. "q8_0"): that type.
         use_mmap: map the backbone and river files (default; pages load on demand
             and are shared between processes), or read them into memory (False): for

@@ -160,17 +160,15 @@ def test_exit_vocab_scores_a_prefix_of_the_vocabulary(demo_backbone, monkeypatch
         backbone = model.forward(ids[:3], route="backbone")
         model.rewind(base)
         for k in (1001, 17, model.n_vocab - 5):
-            model.exit_vocab = k
-            part = model.forward(ids[:3], route="decode")
+            part = model.forward(ids[:3], route="decode", exit_vocab=k)
             np.testing.assert_array_equal(part[:, :k], full[:, :k])
             assert np.isneginf(part[:, k:]).all()
-            np.testing.assert_array_equal(model.forward(ids[:3], route="backbone"), backbone)
+            np.testing.assert_array_equal(model.forward(ids[:3], route="backbone", exit_vocab=k), backbone)
             model.rewind(base)
-        model.exit_vocab = None
-        np.testing.assert_array_equal(model.forward(ids[:3], route="decode"), full)
+        np.testing.assert_array_equal(model.forward(ids[:3], route="decode"), full)  # a forward's own setting
         for bad in (0, model.n_vocab + 1, 2.5):
             with pytest.raises(ValueError, match="exit_vocab"):
-                model.exit_vocab = bad
+                model.forward(ids[:3], route="decode", exit_vocab=bad)
 
 
 @pytest.mark.parametrize("signal", ["cosine", "update_norm"])
