@@ -1,6 +1,6 @@
 """The Pareto comparison of docs/results.md: several `river-cpp eval` runs of one
 backbone (say a Q4_0 river's sweep and a Q8_0 river's variants), the speed of every
-configuration they measured in one interleaved `river_cpp.bench.measure` run, and
+configuration they measured in one interleaved `river_cpp.measure.bench.measure` run, and
 one plot of them all.
 
     python benchmarks/pareto.py --eval demo-eval.json demo-eval-q8_0.json \\

@@ -29,7 +29,7 @@ _SWEEP_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:cyan")
 
 
 def speed_ratios(bench_report, reference: Optional[str] = None) -> dict[str, float]:
-    """Decode (tg) speed of each configuration in a river_cpp.bench.BenchReport, as a ratio
+    """Decode (tg) speed of each configuration in a river_cpp.measure.bench.BenchReport, as a ratio
     to `reference` (default: the report's own, llama.cpp on the backbone GGUF)."""
     from river_cpp.measure.bench import REFERENCE
 

@@ -22,7 +22,7 @@ How it measures
   llama-bench decodes from an empty context; the short prefill makes the decoded
   tokens continue text, as in generation, and the context stays short as in llama-bench.
 - The token ids are the same fixed sequence for every configuration: the project's
-  chat prompts (river_cpp.corpus.chat_prompts, in the model's chat template) tokenized
+  chat prompts (river_cpp.measure.corpus.chat_prompts, in the model's chat template) tokenized
   by the backbone's vocabulary, repeated when a test needs more. llama-bench feeds
   random ids, which cost the same as text for a plain model; River's exits depend on
   the text, so random ids would measure exit rates no user sees. Decode steps feed the
