@@ -39,6 +39,7 @@ import numpy as np
 from river_cpp import ExitPolicy, RiverModel, Speculative
 from river_cpp.language_model import LanguageModel
 from river_cpp.measure.ladder import rung_path
+from river_cpp.measure.weight_bytes import WeightBytes
 from river_cpp.presets import LOSSLESS
 from river_cpp.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DRAFTS
 
@@ -172,6 +173,12 @@ def divergence_gap(base: RiverModel, prompt: str, reference: list[int], tokens: 
     logits = base.forward(ids, last_only=True, route="backbone")[0]
     top2 = np.sort(logits)[-2:]
     return float(top2[1] - top2[0]) / float(np.abs(logits).max())
+
+
+def _river_bytes(backbone: Path, model: RiverModel) -> int:
+    """Matrix bytes of a token that runs every layer and the head on the river."""
+    weights = WeightBytes.of_files(backbone, model.river_path)
+    return int(weights.per_token([0], river_head=True)[0])
 
 
 # ---------------------------------------------------------------- costs
@@ -349,14 +356,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = []
     base_speed = configs[0].tokens_per_second
     print(
-        f"\n{'configuration':34} {'tok/s':>8} {'ratio':>6} {'accept':>7} {'tok/verify':>10} {'identical':>9}"
+        f"\n{'configuration':44} {'tok/s':>8} {'ratio':>6} {'accept':>7} {'tok/verify':>10} {'identical':>9}"
         f" {'draft':>6} {'verify':>7}"
     )
     for c in configs:
         row = {"name": c.name, "tokens_per_second": c.tokens_per_second, "ratio": c.tokens_per_second / base_speed}
-        line = f"{c.name:34} {c.tokens_per_second:8.1f} {row['ratio']:6.2f}"
+        line = f"{c.name:44} {c.tokens_per_second:8.1f} {row['ratio']:6.2f}"
         if c.speculative is not None:
             row.update(
+                rounds=c.rounds,
+                generated=c.generated,
+                draft_forwards=c.draft_forwards,
                 acceptance=c.accepted / max(c.drafted, 1),
                 tokens_per_verify=c.generated / max(c.rounds, 1),
                 identical=f"{c.identical}/{c.compared}",
@@ -392,6 +402,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "rounds": args.rounds,
                     "threads": args.threads,
                     "costs": costs,
+                    # matrix bytes one token reads: the full backbone, and each river on its own
+                    "weight_bytes": {
+                        "backbone": WeightBytes.of_files(backbone).full_backbone(),
+                        **{r: _river_bytes(backbone, m) for r, m in rivers.items()},
+                    },
                     "rows": rows,
                     "load": [load_before[0], load_after[0]],
                 },
