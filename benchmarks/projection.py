@@ -27,8 +27,8 @@ def project(run: dict) -> list[tuple[str, float, float]]:
     bytes_ = run["weight_bytes"]
     out = []
     for row in run["rows"]:
-        if "rounds" not in row or not row["rounds"]:
-            continue
+        if "rounds" not in row or not row["rounds"] or not row["name"].startswith("lossless"):
+            continue  # plain rows, and a separate draft model (whose bytes the run does not record)
         river = next((v for k, v in bytes_.items() if k != "backbone" and k in row["name"]), 0)
         per_round = row["draft_forwards"] / row["rounds"]
         tokens = row["generated"] / row["rounds"]
