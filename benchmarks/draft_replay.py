@@ -17,9 +17,13 @@ the policy many times in milliseconds:
   verifying n positions (benchmarks/speculative.py's verify_costs), which scales a
   one-position draw into an n-position one.
 
-The replay runs river_cpp.speculative.DraftLength over the prompts in turn (it keeps
+The replay runs river_cpp.draft_length.DraftLength over the prompts in turn (it keeps
 what it learned, as a model does), `--replays` times with fresh draws, and prints
 tokens/s relative to plain decoding, with every fixed length as the control.
+`--drafts` replays the portfolio: at each position an n-gram match from the context
+(found again in the recorded tokens, river_cpp.ngram) is offered beside the river,
+at no cost, with as many tokens accepted as its proposal shares with the backbone's
+continuation; the fixed-length controls draft from the river alone.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.speculative import DraftLength
+from river_cpp.draft_length import DraftLength
+from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
 
 # ---------------------------------------------------------------- recording
 
@@ -69,7 +74,31 @@ def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int
         runs.append(run)
         model.rewind(p)
         verify_times.append(_timed(functools.partial(model.forward, [tokens[p]], route="backbone")))
-    return {"n_prompt": len(prompt_ids), "runs": runs, "draft": draft_times, "verify_1": verify_times}
+    return {
+        "n_prompt": len(prompt_ids),
+        "tokens": tokens,
+        "runs": runs,
+        "draft": draft_times,
+        "verify_1": verify_times,
+    }
+
+
+def ngram_offers(prompt: dict, n_min: int, n_max: int, max_draft: int) -> list[tuple[str, int, int]]:
+    """At each recorded position: (source, proposal length, tokens of it the backbone
+    accepts) of the n-gram draft, ("", 0, 0) where nothing matches."""
+    tokens = prompt["tokens"]
+    first = prompt["n_prompt"] - 1  # the position of the first run: the prompt's last token
+    index = NgramIndex(n_min, n_max)
+    index.extend(tokens[: first + 1])
+    offers = []
+    for p in range(first, first + len(prompt["runs"])):
+        proposal, n = index.propose(max_draft)
+        run = 0
+        while run < len(proposal) and p + 1 + run < len(tokens) and proposal[run] == tokens[p + 1 + run]:
+            run += 1
+        offers.append((f"ngram{n}" if proposal else "", len(proposal), run))
+        index.extend(tokens[p + 1 : p + 2])
+    return offers
 
 
 # ---------------------------------------------------------------- replay
@@ -96,25 +125,44 @@ class Costs:
         return float(self.rng.choice(self.verify_1)) * self.ratio[min(n, max(self.ratio))]
 
 
-def replay(trace: dict, costs: Costs, length: DraftLength, fixed: Optional[int] = None) -> tuple[int, float]:
+def replay(
+    trace: dict,
+    costs: Costs,
+    length: DraftLength,
+    fixed: Optional[int] = None,
+    ngrams: Optional[list[list[tuple[str, int, int]]]] = None,
+    river: bool = True,
+) -> tuple[int, float]:
     """Tokens and seconds of decoding every prompt of `trace` with `length` choosing each
-    round's draft length (or always `fixed`)."""
+    round's source and draft length (or always `fixed` river tokens); `ngrams`: each
+    prompt's n-gram offers (ngram_offers), `river`: whether the river is offered."""
     tokens, seconds = 0, 0.0
-    for prompt in trace["prompts"]:
+    for i, prompt in enumerate(trace["prompts"]):
         runs = prompt["runs"]
         p = 0
         while p < len(runs):
             room = len(runs) - p - 1
-            k = min(fixed, room) if fixed is not None else length.next(room=room)
-            accepted = min(k, runs[p])
-            draft_s, verify_s = costs.drafts(k), costs.verify(k + 1)
+            offers, accepts = {}, {}
+            if ngrams is not None and ngrams[i][p][1]:
+                source, n, run = ngrams[i][p]
+                offers[source], accepts[source] = n, run
+            if river:
+                offers["river"], accepts["river"] = length.max_draft, runs[p]
+            if fixed is not None:
+                source, k = "river", min(fixed, room)
+            else:
+                source, k = length.choose(room, offers)
+            accepted = min(k, accepts.get(source, 0))
+            draft_s = costs.drafts(k) if source == "river" else 0.0
+            verify_s = costs.verify(k + 1)
             if fixed is None:
                 length.observe(
                     n_drafted=k,
                     n_accepted=accepted,
                     draft_seconds=draft_s,
                     verify_seconds=verify_s,
-                    draft_forwards=k,
+                    draft_forwards=k if source == "river" else 0,
+                    source=source if k else None,
                 )
             p += accepted + 1
             tokens += accepted + 1
@@ -122,20 +170,32 @@ def replay(trace: dict, costs: Costs, length: DraftLength, fixed: Optional[int] 
     return tokens, seconds
 
 
-def summarize(trace: dict, replays: int, max_draft: int, seed: int, ratios: Sequence[float] = ()) -> dict:
+def summarize(
+    trace: dict,
+    replays: int,
+    max_draft: int,
+    seed: int,
+    ratios: Sequence[float] = (),
+    drafts: str = "river",
+    ngram_sizes: tuple[int, int] = (DEFAULT_NGRAM_MIN, DEFAULT_NGRAM_MAX),
+) -> dict:
     """Tokens/s of the adaptive length (each replay) and of every fixed length (mean
     over replays), relative to plain decoding replayed with the same draws."""
     costs = Costs(trace, np.random.default_rng(seed), ratios)
+    ngrams = None
+    if "ngram" in drafts:
+        ngrams = [ngram_offers(prompt, *ngram_sizes, max_draft) for prompt in trace["prompts"]]
+    free = frozenset(f"ngram{n}" for n in range(ngram_sizes[0], ngram_sizes[1] + 1))
 
     def rate(length: DraftLength, fixed: Optional[int] = None) -> float:
-        n, s = replay(trace, costs, length, fixed)
+        n, s = replay(trace, costs, length, fixed, ngrams, river="river" in drafts)
         return n / s
 
     fixed = {k: [rate(DraftLength(max_draft, adaptive=False), k) for _ in range(replays)] for k in range(max_draft + 1)}
     plain = float(np.mean(fixed[0]))
     runs = np.concatenate([np.asarray(t["runs"]) for t in trace["prompts"]])
     return {
-        "adaptive": [rate(DraftLength(max_draft, adaptive=True)) / plain for _ in range(replays)],
+        "adaptive": [rate(DraftLength(max_draft, adaptive=True, free_sources=free)) / plain for _ in range(replays)],
         "fixed": {k: float(np.mean(r)) / plain for k, r in fixed.items()},
         "acceptance_at_1": float(np.mean(runs >= 1)),
         "draft_cost": float(np.median(costs.draft) / np.median(costs.verify_1)),
@@ -151,7 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("-m", "--model", help="backbone GGUF: record a trace (without it, replay --trace)")
     p.add_argument("--river", default="q4_0")
     p.add_argument("--head", default="q4_0", help="the river's LM head type (default q4_0)")
-    p.add_argument("--prompts", choices=["chat", "humaneval"], default="chat")
+    p.add_argument("--prompts", choices=["chat", "humaneval", "grounded"], default="chat")
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("-n", "--n-tokens", type=int, default=128)
     p.add_argument("-t", "--threads", type=int, default=2)
@@ -169,13 +229,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="replay with this verify curve instead of the recorded one: V(n)/V(1) for n = 2, 3, ... "
         "(the last one extends to longer verifies)",
     )
+    p.add_argument(
+        "--drafts",
+        choices=["river", "ngram", "river+ngram"],
+        default="river",
+        help="the sources the adaptive replay offers (n-gram offers need a trace with tokens)",
+    )
+    p.add_argument("--ngram-min", type=int, default=DEFAULT_NGRAM_MIN)
+    p.add_argument("--ngram-max", type=int, default=DEFAULT_NGRAM_MAX)
     args = p.parse_args(argv)
 
     if args.model:
         from speculative import chat_prompts, humaneval_prompts, verify_costs
 
         model = RiverModel(args.model, river=args.river, river_head=args.head, n_ctx=2048, n_threads=args.threads)
-        texts = chat_prompts(model, args.n_prompts) if args.prompts == "chat" else humaneval_prompts(args.n_prompts)
+        if args.prompts == "humaneval":
+            texts = humaneval_prompts(args.n_prompts)
+        else:
+            texts = chat_prompts(model, args.n_prompts, f"{args.prompts}_prompts.txt")
         prompts = [model.tokenize(t, add_bos=True, special=True) for t in texts]
         trace = {
             "model": Path(args.model).name,
@@ -188,12 +259,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         }
         Path(args.trace).write_text(json.dumps(trace))
     trace = json.loads(Path(args.trace).read_text())
-    result = summarize(trace, args.replays, args.max_draft, args.seed, args.verify_ratios)
+    result = summarize(
+        trace,
+        args.replays,
+        args.max_draft,
+        args.seed,
+        args.verify_ratios,
+        args.drafts,
+        (args.ngram_min, args.ngram_max),
+    )
     adaptive = np.asarray(result["adaptive"])
     print(f"{trace['model']} {trace['river']} river ({trace['prompts_kind']}), {len(trace['prompts'])} prompts")
     print(f"  acceptance of a 1-token draft {result['acceptance_at_1']:.2f}, draft cost {result['draft_cost']:.2f}")
     print(f"  V(n)/V(1): {result['verify_ratio']}")
-    print(f"  adaptive: mean {adaptive.mean():.3f}x, min {adaptive.min():.3f}x, max {adaptive.max():.3f}x")
+    print(
+        f"  adaptive ({args.drafts}): mean {adaptive.mean():.3f}x, min {adaptive.min():.3f}x, max {adaptive.max():.3f}x"
+    )
     print("  fixed k:  " + "  ".join(f"{k}: {r:.3f}x" for k, r in result["fixed"].items()))
     return 0
 
