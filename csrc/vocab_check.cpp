@@ -1,9 +1,13 @@
 #include "vocab_check.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -49,13 +53,15 @@ class VocabChecker {
 public:
     VocabChecker(const GgufHeader & h, const std::string & path) : h_(h), path_(path) {}
 
-    void check(int64_t n_vocab, bool require) {
+    // true: the file has a vocabulary and it passed; false: it has none (and
+    // require is false)
+    bool check(int64_t n_vocab, bool require) {
         const GgufValue * model = h_.find("tokenizer.ggml.model");
         if (!model) {
             if (require) {
                 fail("there is no tokenizer (tokenizer.ggml.model is missing)");
             }
-            return;
+            return false;
         }
         read_type(*model);
         read_tokens();
@@ -78,6 +84,7 @@ public:
         if (chat && chat->type != GGUF_TYPE_STRING) {
             fail(std::string("tokenizer.chat_template must be a string, not ") + label(*chat));
         }
+        return true;
     }
 
 private:
@@ -504,12 +511,59 @@ private:
     int32_t bos_ = k_null, eos_ = k_null, unk_ = k_null, sep_ = k_null;
 };
 
+// Files whose vocabulary passed, by identity: a model's engine and its tokenizer
+// check the same file one after the other, and a large vocabulary takes a few
+// hundred milliseconds to read.
+class PassedFiles {
+public:
+    bool contains(const std::string & path, const struct stat & st) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return std::any_of(passed_.begin(), passed_.end(), [&](const Passed & p) { return p.same(path, st); });
+    }
+
+    void add(const std::string & path, const struct stat & st) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (passed_.size() == k_kept) {
+            passed_.erase(passed_.begin());
+        }
+        passed_.push_back({path, st.st_dev, st.st_ino, st.st_size, st.st_mtim});
+    }
+
+private:
+    struct Passed {
+        std::string path;
+        dev_t device;
+        ino_t inode;
+        off_t size;
+        timespec mtime;
+
+        bool same(const std::string & p, const struct stat & st) const {
+            return p == path && st.st_dev == device && st.st_ino == inode && st.st_size == size &&
+                   st.st_mtim.tv_sec == mtime.tv_sec && st.st_mtim.tv_nsec == mtime.tv_nsec;
+        }
+    };
+
+    static constexpr size_t k_kept = 16;
+    std::mutex mutex_;
+    std::vector<Passed> passed_;
+};
+
+PassedFiles passed_files;
+
 }  // namespace
 
 void check_vocabulary_file(const std::string & path, int64_t n_vocab, bool require) {
+    struct stat st{};
+    const bool identified = stat(path.c_str(), &st) == 0;
+    // a pass without n_vocab says nothing of the model's rows: only such checks reuse it
+    if (identified && n_vocab < 0 && passed_files.contains(path, st)) {
+        return;
+    }
     // every array is kept: outside the vocabulary, metadata arrays are small
     const GgufHeader header = read_gguf_header(path, std::numeric_limits<uint64_t>::max());
-    VocabChecker(header, path).check(n_vocab, require);
+    if (VocabChecker(header, path).check(n_vocab, require) && identified) {
+        passed_files.add(path, st);
+    }
 }
 
 }  // namespace river

@@ -345,7 +345,7 @@ class Mutator:
             model.remove(kv.key)
             return
         else:
-            kv.value = [r.uniform(-50, 50) for _ in range(n)]
+            kv.elem, kv.value = FLOAT32, [r.uniform(-50, 50) for _ in range(n)]
         model.set(kv)
 
     def m_token_types(self, model: Model) -> None:
@@ -462,6 +462,7 @@ def child(path: str, n_rows: int, verdict_fd: int, text_seed: int) -> None:
     from river_cpp.tokenizer import Tokenizer
 
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+    os.environ["GGML_NO_BACKTRACE"] = "1"  # ggml's abort would attach gdb for seconds
     signal.alarm(CHILD_TIMEOUT_S)
     verdict = "accepted"
     try:
@@ -646,7 +647,7 @@ def main(argv: list[str]) -> None:
         ops = mutate(model)
         try:
             data = model.to_bytes()
-        except struct.error:
+        except (struct.error, TypeError):
             continue  # a value its new type cannot hold: not a file
         run_one(data, model.n_rows, work, ops, stats, rng.randrange(2**32))
         if time.monotonic() - last > 60:
