@@ -1,12 +1,13 @@
-// river_cpp._core.gguf_info: the validated header of a GGUF file as Python values.
-// Reads the header only (bounded reads, no mapping, no tensor data); holds no logic
-// beyond converting gguf_header.*'s structures.
+// river_cpp._core.gguf_info: the validated header of a GGUF file as Python values,
+// and check_vocabulary. Reads the header only (bounded reads, no mapping, no tensor
+// data); holds no logic beyond converting gguf_header.*'s structures.
 #include <pybind11/pybind11.h>
 
 #include <cstring>
 
 #include "common.h"
 #include "gguf_header.h"
+#include "vocab_check.h"
 
 namespace py = pybind11;
 
@@ -114,4 +115,13 @@ void bind_gguf(py::module_ & m) {
           "The validated header of a GGUF file: metadata, value types and the tensor table.\n\n"
           "Arrays longer than max_array (-1: no limit) are summarised as\n"
           "{'element_type': ..., 'length': n}. Raises RiverError for a malformed file.");
+    m.def(
+        "check_vocabulary",
+        [](const std::string & path) {
+            py::gil_scoped_release release;
+            river::check_vocabulary_file(path, -1, true);
+        },
+        py::arg("path"),
+        "Raise RiverError unless the file's vocabulary is one llama.cpp can load and\n"
+        "tokenize with without aborting (see csrc/vocab_check.cpp).");
 }

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "ggml-cpu.h"
+#include "vocab_check.h"
 
 namespace river {
 
@@ -65,6 +66,8 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     load_backends();
     file_ = std::make_unique<GgufFile>(model_path, params.use_mmap);
     hp_ = read_hparams(*file_);
+    // llama.cpp tokenizes for this model: its vocabulary must not be able to abort it
+    check_vocabulary_file(model_path, hp_.n_vocab, false);
     backbone_ = map_weights(*file_, hp_, weight_buffer_);
     exit_.thresholds.assign(hp_.n_layer, std::numeric_limits<float>::infinity());
 

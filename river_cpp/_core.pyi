@@ -32,6 +32,13 @@ def gguf_info(path: str, max_array: int = 1024) -> dict[str, Any]:
     merges, scores) as {"element_type": str, "length": int}; max_array=-1 keeps all.
     """
 
+def check_vocabulary(path: str) -> None:
+    """Raise RiverError naming the file and the problem unless its vocabulary
+    (tokenizer.* metadata) is one llama.cpp loads and tokenizes with without
+    aborting the process: consistent array lengths and types, distinct token texts,
+    special-token ids inside the vocabulary, merges of existing tokens, byte tokens
+    where the tokenizer falls back to bytes. Run before every llama.cpp load."""
+
 def devices(rpc_endpoints: Sequence[str] = ()) -> list[dict[str, Any]]:
     """ggml's devices, offloading ones first and the CPU last; of the RPC devices only
     those of rpc_endpoints. Each: {"name", "description", "type" ("cpu" | "gpu" |

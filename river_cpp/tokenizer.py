@@ -2,7 +2,8 @@
 
 Only the vocabulary of the GGUF is loaded (no weights, no llama.cpp context), so
 tokenization is exactly llama.cpp's without a second copy of the model; the engine
-never sees text.
+never sees text. The vocabulary is checked first (_core.check_vocabulary): llama.cpp
+aborts the process on some broken ones.
 """
 
 from __future__ import annotations
@@ -12,17 +13,28 @@ from typing import Mapping, Optional, Sequence
 
 import llama_cpp
 
+from river_cpp import _core
+
 
 class Tokenizer:
     """The vocabulary of one GGUF file."""
 
     def __init__(self, model_path: str) -> None:
+        """Load the vocabulary of the GGUF at model_path; RiverError for one that
+        llama.cpp could not load or tokenize with safely."""
+        _core.check_vocabulary(model_path)
+        self._load(model_path)
+
+    def _load(self, model_path: str) -> None:
+        """llama.cpp's vocabulary-only load, unchecked (scripts/fuzz_gguf.py calls it
+        to find what the check must catch)."""
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         self._model = llama_cpp.llama_model_load_from_file(model_path.encode("utf-8"), params)
         if not self._model:
             raise ValueError(f"llama.cpp could not load the vocabulary of {model_path}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of `text`; add_bos adds the model's BOS only if its metadata asks for it."""
@@ -44,6 +56,9 @@ class Tokenizer:
         return b"".join(self._piece(int(t)) for t in ids)
 
     def _piece(self, token: int) -> bytes:
+        # llama.cpp throws through its C API (an abort) for an id outside the vocabulary
+        if not 0 <= token < self.n_vocab:
+            raise ValueError(f"token id {token} is outside the vocabulary [0, {self.n_vocab})")
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
         if n < 0:

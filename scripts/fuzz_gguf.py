@@ -3,6 +3,7 @@
     pip install atheris
     nice -n 19 python scripts/fuzz_gguf.py backbone bytes -max_total_time=1200
     nice -n 19 python scripts/fuzz_gguf.py river structure -max_total_time=1200
+    nice -n 19 python scripts/fuzz_gguf.py vocab -max_total_time=1200
 
 Targets: `backbone` loads the mutated file as a backbone (river_cpp._core.Engine) and
 runs a forward; `river` loads it as the river of a valid tiny backbone and runs a
@@ -17,6 +18,10 @@ saved by libFuzzer (crash-*). The seed models have no tokenizer (the engine neve
 reads one), so a file is a few tens of KB and an execution takes about a millisecond.
 Without an instrumented build of _core only Python code is coverage-guided; the
 native parser is exercised by mutation alone.
+
+Target `vocab` (scripts/fuzz_vocab.py) mutates the tokenizer fields of valid tiny
+models and loads each file with llama.cpp in a forked child, since llama.cpp aborts
+the process on some vocabularies; it needs no atheris.
 """
 
 from __future__ import annotations
@@ -263,6 +268,12 @@ class Harness:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["vocab"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import fuzz_vocab
+
+        fuzz_vocab.main(sys.argv[2:])
+        return
     import atheris
 
     if len(sys.argv) < 3 or sys.argv[1] not in ("backbone", "river") or sys.argv[2] not in ("bytes", "structure"):

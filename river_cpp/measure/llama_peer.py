@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp import _core
 from river_cpp.context import check_fits
 from river_cpp.gguf_info import read_gguf_info
 from river_cpp.language_model import ROUTES
@@ -53,6 +54,8 @@ class LlamaCppPeer:
         self._n_layer = int(read_gguf_info(self.path).n_layer)
         set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
         self._llama_cpp = llama_cpp
+        # llama.cpp aborts the process on some broken vocabularies: check before it loads
+        _core.check_vocabulary(str(self.path))
         self._llama: Optional[llama_cpp.Llama] = llama_cpp.Llama(
             str(self.path),
             n_ctx=n_ctx,
