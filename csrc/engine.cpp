@@ -255,14 +255,6 @@ void Engine::lose_device(const std::string & name) {
     lost_.insert(device_by_name(name));
 }
 
-std::vector<std::string> Engine::lost_devices() const {
-    std::vector<std::string> names;
-    for (ggml_backend_dev_t dev : lost_) {
-        names.push_back(ggml_backend_dev_name(dev));
-    }
-    return names;
-}
-
 void Engine::check_devices() const {
     if (!lost_.empty()) {
         ggml_backend_dev_t dev = *lost_.begin();

@@ -100,7 +100,6 @@ public:
     // read_kv refuse from then on, and the destructor leaks what lives there, since
     // freeing it would talk to the dead server (see forsake_if_lost).
     void lose_device(const std::string & name);
-    std::vector<std::string> lost_devices() const;
     void set_exit(const ExitConfig & config);
 
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of

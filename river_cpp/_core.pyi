@@ -57,8 +57,6 @@ class Engine:
         """The device `name` has gone (its RPC server went away): forward and read_kv
         raise RiverError from then on, and the engine, when freed, leaks what lives
         there (weights, cache, compute buffers) instead of waiting on the dead connection."""
-    @property
-    def lost_devices(self) -> list[str]: ...
     def place(
         self,
         backbone_layers: Sequence[str],
