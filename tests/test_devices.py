@@ -185,10 +185,24 @@ DEAD_SERVER_CHILD = """
 import gc, json, os, signal, socket, subprocess, sys, time
 from river_cpp import RiverModel
 
-model_path, endpoint, server_pid, server_command = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+model_path, prompt, endpoint, server_pid, server_command = *sys.argv[1:4], int(sys.argv[4]), sys.argv[5:]
 host, port = endpoint.rsplit(":", 1)
 options = dict(river="q4_0", n_ctx=128, n_threads=1, progress=False)
 report = {}
+
+
+def wait_until_port(answers):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            if answers:
+                return
+        except OSError:
+            if not answers:
+                return
+        time.sleep(0.05)
+    sys.exit("the server's port did not " + ("answer" if answers else "close"))
 
 
 def attempt(call):
@@ -207,15 +221,10 @@ def timed(call):
 
 a, b, c = (RiverModel(model_path, **options, rpc_servers=[endpoint]) for _ in range(3))
 report["placements"] = [m.placement.kv_cache for m in (a, b, c)]
-ids = a.tokenize("The old lighthouse keeper climbed the stairs")
+ids = a.tokenize(prompt)
 a.forward(ids)
 os.kill(server_pid, signal.SIGKILL)
-while True:  # until the server's port refuses: its sockets are closed
-    try:
-        socket.create_connection((host, int(port)), timeout=1).close()
-        time.sleep(0.05)
-    except OSError:
-        break
+wait_until_port(answers=False)  # the server's sockets are closed
 report["close_unused"] = timed(b.close)
 del c
 gc.collect()
@@ -224,12 +233,7 @@ report["forward_again"] = attempt(lambda: a.forward(ids[:1]))
 report["close"] = timed(a.close)
 restarted = subprocess.Popen(server_command)
 try:
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
+    wait_until_port(answers=True)
     report["reconnect"] = attempt(lambda: RiverModel(model_path, **options, rpc_servers=[endpoint]))
 finally:
     restarted.kill()
@@ -245,13 +249,13 @@ def test_a_server_that_goes_away(tiny_llama4):
     server, closing returns at once, and the process goes on: the server's endpoint
     is refused (ggml keeps its dead connection) and a CPU model loads and generates."""
     server, endpoint = _start_rpc_server()
+    arguments = [str(tiny_llama4), PROMPT, endpoint, str(server.pid), *server.args]
     try:
         child = subprocess.run(
-            [sys.executable, "-c", DEAD_SERVER_CHILD, str(tiny_llama4), endpoint, str(server.pid), *server.args],
-            capture_output=True,
-            text=True,
-            timeout=300,
+            [sys.executable, "-c", DEAD_SERVER_CHILD, *arguments], capture_output=True, text=True, timeout=300
         )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the child process hung: {e.stderr[-3000:] if e.stderr else ''}")
     finally:
         server.kill()
         server.wait()
