@@ -178,6 +178,8 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("has_river", &river::Engine::has_river)
         .def("check_files", &river::Engine::check_files,
              "Raise RiverError when the backbone or river file changed on disk since it was mapped.")
+        .def("lose_device", &river::Engine::lose_device, py::arg("name"),
+             "The device `name` has gone: forward raises from then on, and the engine leaks what lives there.")
         .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"),
              py::arg("river_head"), py::arg("exit_vocab") = 0)
         .def_property_readonly("last_exit_layers",

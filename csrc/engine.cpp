@@ -81,6 +81,17 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
 }
 
 Engine::~Engine() {
+    if (!lost_.empty()) {   // freeing memory on a lost device would talk to its dead server
+        if (graphs_) {
+            graphs_->forsake();
+        }
+        if (kv_) {
+            kv_->forsake_if_lost(lost_);
+        }
+        if (device_weights_) {
+            device_weights_->forsake_if_lost(lost_);
+        }
+    }
     graphs_.reset();
     state_buffer_.reset();
     if (state_ctx_) {
@@ -243,6 +254,18 @@ void Engine::check_files() const {
     }
 }
 
+void Engine::lose_device(const std::string & name) {
+    lost_.insert(device_by_name(name));
+}
+
+void Engine::check_devices() const {
+    if (!lost_.empty()) {
+        ggml_backend_dev_t dev = *lost_.begin();
+        throw Error(std::string("the device ") + ggml_backend_dev_name(dev) + " (" + ggml_backend_dev_description(dev) +
+                    ") that holds part of this model has gone away: close the model and load it again");
+    }
+}
+
 void Engine::set_exit(const ExitConfig & config) {
     if (static_cast<int64_t>(config.thresholds.size()) != hp_.n_layer) {
         throw Error("exit thresholds need one value per layer (" + std::to_string(hp_.n_layer) + "), got " +
@@ -281,6 +304,7 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool us
         }
     }
     check_files();
+    check_devices();
     if (!placed()) {
         Placement host;
         host.backbone_layers.assign(hp_.n_layer, k_host_device);
@@ -557,6 +581,7 @@ void Engine::read_logits(const ggml_tensor * result, int64_t exit_depth, float *
 }
 
 void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const {
+    check_devices();
     if (il < 0 || il >= hp_.n_layer || pos < 0 || n < 0 || pos + n > kv_->n_past()) {
         throw Error("read_kv: layer " + std::to_string(il) + " positions [" + std::to_string(pos) + ", " +
                     std::to_string(pos + n) + ") are not in the cache");

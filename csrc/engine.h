@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,10 @@ public:
     // Throws when the backbone or river file changed on disk since it was mapped
     // (forward calls it first; a stat per file).
     void check_files() const;
+    // The device `name` has gone (the RPC server it belongs to went away): forward and
+    // read_kv refuse from then on, and the destructor leaks what lives there, since
+    // freeing it would talk to the dead server (see forsake_if_lost).
+    void lose_device(const std::string & name);
     void set_exit(const ExitConfig & config);
 
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
@@ -143,6 +148,8 @@ private:
         int64_t n_tokens() const { return static_cast<int64_t>(positions.size()); }
     };
 
+    // Throws naming the first lost device, if any.
+    void check_devices() const;
     int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits);
     BatchData batch_data(const int32_t * ids, int64_t n_tokens) const;
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
@@ -180,6 +187,7 @@ private:
     std::unique_ptr<DeviceWeights> device_weights_;
     RepackedTensors repacked_;
     std::vector<ggml_backend_t> device_backends_;   // the placement's devices, not the CPU
+    std::set<ggml_backend_dev_t> lost_;             // see lose_device
     std::unique_ptr<KvCache> kv_;
     ggml_context * state_ctx_ = nullptr;
     BufferPtr state_buffer_;

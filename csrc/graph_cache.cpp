@@ -47,6 +47,15 @@ void GraphCache::clear() {
     scratch_.reset();
 }
 
+void GraphCache::forsake() {
+    if (scratch_) {
+        scratch_->graph.sched = nullptr;
+    }
+    for (auto & slot : slots_) {
+        slot->graph.sched = nullptr;
+    }
+}
+
 void GraphCache::build_into(Slot & slot, const GraphKey & key, const BuildFn & build) {
     slot.valid = false;
     if (!slot.graph.sched) {

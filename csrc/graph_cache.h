@@ -57,6 +57,11 @@ public:
     // says whether this call built it.
     ComputeGraph & get(const GraphKey & key, const BuildFn & build, bool keep, bool & built);
     void clear();
+    // Lets go of every graph's scheduler without freeing it: a scheduler frees its
+    // compute buffers, one per device, only all together, so when a device's RPC
+    // server went away (see forsake_if_lost) the host's compute buffers leak with
+    // the remote ones.
+    void forsake();
 
 private:
     struct Slot;

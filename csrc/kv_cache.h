@@ -4,6 +4,7 @@
 // Knows nothing of graphs beyond handing out the per-layer tensors.
 #pragma once
 
+#include <set>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -37,6 +38,10 @@ public:
     // next forward pass, so shrinking n_past is all a rewind needs.
     void advance(int64_t n_tokens);
     void rewind(int64_t n_past);
+
+    // The destructor will leak the cache's memory if it lives on one of `lost`
+    // (see forsake_if_lost).
+    void forsake_if_lost(const std::set<ggml_backend_dev_t> & lost) { river::forsake_if_lost(buffer_, lost); }
 
 private:
     int64_t n_ctx_;

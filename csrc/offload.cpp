@@ -124,6 +124,12 @@ std::map<std::string, size_t> DeviceWeights::bytes_by_device() const {
     return bytes_;
 }
 
+void DeviceWeights::forsake_if_lost(const std::set<ggml_backend_dev_t> & lost) {
+    for (BufferPtr & buffer : buffers_) {
+        river::forsake_if_lost(buffer, lost);
+    }
+}
+
 void place_layers(DeviceWeights & copies, std::vector<LayerWeights> & layers, const std::vector<std::string> & names) {
     for (size_t il = 0; il < layers.size(); ++il) {
         ggml_backend_dev_t dev = placement_device(names[il]);

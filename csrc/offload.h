@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,8 @@ public:
     void upload();
     // Bytes placed on each device.
     std::map<std::string, size_t> bytes_by_device() const;
+    // The destructor will leak the copies on `lost` devices (see forsake_if_lost).
+    void forsake_if_lost(const std::set<ggml_backend_dev_t> & lost);
 
 private:
     struct Copy {

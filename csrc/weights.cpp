@@ -152,6 +152,12 @@ void check_river_matches(const GgufFile & file, const GgufFile & backbone_file, 
 
 }  // namespace
 
+void forsake_if_lost(BufferPtr & buffer, const std::set<ggml_backend_dev_t> & lost) {
+    if (buffer && lost.count(ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buffer.get())))) {
+        static_cast<void>(buffer.release());
+    }
+}
+
 ModelWeights map_weights(const GgufFile & file, const HParams & hp, BufferPtr & buffer) {
     map_file(file, buffer);
     TensorBinder b(file, buffer.get());

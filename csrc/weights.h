@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -53,6 +54,12 @@ struct BufferDeleter {
     void operator()(ggml_backend_buffer_t b) const { ggml_backend_buffer_free(b); }
 };
 using BufferPtr = std::unique_ptr<ggml_backend_buffer, BufferDeleter>;
+
+// Lets go of `buffer` without freeing it when it lives in the memory of one of `lost`
+// (devices whose RPC server went away): ggml's RPC client frees a remote buffer by a
+// command on the server's connection, and a command on a dead connection aborts the
+// process. The leak is the price of a server that went away, once per buffer.
+void forsake_if_lost(BufferPtr & buffer, const std::set<ggml_backend_dev_t> & lost);
 
 // A river: the backbone's blocks with low-bit matrices. Norms and biases point at
 // the backbone's tensors; `output` is the low-bit LM head.

@@ -60,6 +60,10 @@ class Engine:
         """Raise RiverError when the backbone or river file changed on disk (inode,
         size or mtime) since it was mapped; files read into memory never raise.
         forward() calls it first."""
+    def lose_device(self, name: str) -> None:
+        """The device `name` has gone (its RPC server went away): forward and read_kv
+        raise RiverError from then on, and the engine, when freed, leaks what lives
+        there (weights, cache, compute buffers) instead of waiting on the dead connection."""
     def place(
         self,
         backbone_layers: Sequence[str],

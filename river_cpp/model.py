@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -20,10 +21,11 @@ from river_cpp.context import check_fits
 from river_cpp.exit_stats import ExitStats
 from river_cpp.generation import GenerationResult, GenerationStream, SpeculativeOption, stream_generate
 from river_cpp.language_model import ROUTES
-from river_cpp.placement import Placement, connect_rpc_servers, offload_devices, plan_placement
+from river_cpp.placement import Placement, offload_devices, plan_placement
 from river_cpp.policy import ExitPolicy
 from river_cpp.presets import DEFAULT
 from river_cpp.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
+from river_cpp.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
 from river_cpp.speculative import Speculative
 from river_cpp.tokenizer import Tokenizer
 
@@ -51,6 +53,24 @@ def default_n_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:
+    """The servers of `remote_devices` (endpoint -> device names) that went away; their
+    devices are marked lost on the engine, which then never talks to them again."""
+    gone = gone_servers(remote_devices)
+    for endpoint in gone:
+        for name in remote_devices[endpoint]:
+            engine.lose_device(name)
+    return gone
+
+
+def _let_go(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> None:
+    """Release a model's links to its RPC servers, after marking the devices of those
+    that went away as lost, so that freeing the engine leaks their memory instead of
+    waiting on a dead connection. Runs at close, or when a model is collected unclosed."""
+    _lose_gone_devices(engine, remote_devices)
+    release_links(remote_devices)
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -151,10 +171,21 @@ class RiverModel:
         if river_head is None:
             river_head = _default_head(river)
         self._load_river(river, river_types, river_head, progress)
-        self.placement: Placement = plan_placement(
-            self.engine.placement_sizes(), offload_devices(rpc_servers), n_gpu_layers, main_gpu
-        )
+        devices = offload_devices(rpc_servers)
+        self.placement: Placement = plan_placement(self.engine.placement_sizes(), devices, n_gpu_layers, main_gpu)
         self.engine.place(**self.placement.engine_arguments())
+        # The RPC servers that hold part of this model, with their devices: a forward
+        # first checks that they are still there (river_cpp.rpc).
+        servers = {str(s) for s in rpc_servers}
+        self._remote_devices: dict[str, list[str]] = {}
+        for d in devices:
+            if d.description in servers and d.name in self.placement.devices:
+                self._remote_devices.setdefault(d.description, []).append(d.name)
+        self._release_servers: Optional[weakref.finalize] = None
+        if self._remote_devices:
+            hold_links(self._remote_devices)
+            self._release_servers = weakref.finalize(self, _let_go, self._engine, self._remote_devices)
+            self._check_servers()
         if verbose:
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
         self.prefill = prefill
@@ -205,11 +236,24 @@ class RiverModel:
         forward (and so every generation step) runs it first."""
         self.engine.check_files()
 
+    def _check_servers(self) -> None:
+        """Raise RiverError when an RPC server holding part of this model went away."""
+        gone = _lose_gone_devices(self.engine, self._remote_devices)
+        if gone:
+            raise _core.RiverError(
+                f"the RPC server at {gone[0]} went away, and with it this model's layers there: close "
+                "the model and load it again without that server (only a new process can use a server "
+                "there again)"
+            )
+
     def close(self) -> None:
         """Free the weights mapping, KV cache and tokenizer (after a running
-        generation ends). Idempotent."""
+        generation ends). Idempotent. Returns at once when an RPC server of this
+        model went away: what lived there is leaked, not freed on a dead connection."""
         with self._lock:
             if self._engine is not None:
+                if self._release_servers is not None:
+                    self._release_servers()
                 self._engine = None
                 self._tokenizer.close()
 
@@ -390,6 +434,8 @@ class RiverModel:
         model's). `exit_vocab`: exited tokens score only token ids [0, exit_vocab)
         (their other logits are -inf; None: all): a speculative draft's head is a
         large share of its cost, and BPE vocabularies put frequent tokens first.
+        Raises RiverError when an RPC server holding part of the model went away
+        (and from then on).
         """
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size == 0:
@@ -407,6 +453,8 @@ class RiverModel:
             raise ValueError(f"exit_vocab must be None or an integer in [1, {self.n_vocab}], got {exit_vocab!r}")
         with self._lock:
             check_fits(int(ids.size), self.n_ctx, cached=self.n_past, room=0)
+            if self._remote_devices:
+                self._check_servers()
             self._apply_exit(self.policy if policy is None else policy, int(exit_vocab or 0))
             logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
             self._cached_ids.extend(int(t) for t in ids)

@@ -9,7 +9,6 @@ plans: the engine (river_cpp._core) applies the plan.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -182,29 +181,3 @@ def _placement(placed: dict, sizes: Mapping[str, object]) -> Placement:
         kv_cache=placed["kv_cache"],
         bytes=total,
     )
-
-
-def connect_rpc_servers(endpoints: Sequence[str], timeout: float = 5.0) -> None:
-    """Add the devices of RPC servers ("host:port") to this process, after checking
-    that ggml has RPC and that each server answers (ggml's RPC client would abort the
-    process on a failed connection)."""
-    if isinstance(endpoints, str):
-        raise TypeError("rpc_servers is a list of 'host:port' strings, not one string")
-    parsed = []
-    for endpoint in endpoints:
-        host, _, port = str(endpoint).rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"an RPC server is 'host:port', got {endpoint!r}")
-        parsed.append((endpoint, host.strip("[]"), int(port)))
-    if parsed and not _core.has_rpc():
-        _core.add_rpc_server(parsed[0][0])  # raises the error that names the CMAKE_ARGS
-    for endpoint, host, port in parsed:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                pass
-        except OSError as e:
-            raise ConnectionError(
-                f"cannot reach the RPC server at {endpoint} ({e}); start one there with "
-                "`river-cpp rpc-server --port PORT`"
-            ) from e
-        _core.add_rpc_server(endpoint)

@@ -30,6 +30,11 @@ class Tokenizer:
         to find what the check must catch)."""
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
+        # An empty device list (NULL-terminated): a vocabulary needs no device, and by
+        # default llama.cpp's loader asks every device in the process for its memory,
+        # RPC servers included, and ggml aborts on one that went away.
+        no_devices = (ctypes.c_void_p * 1)(None)
+        params.devices = ctypes.addressof(no_devices)
         self._model = llama_cpp.llama_model_load_from_file(model_path.encode("utf-8"), params)
         if not self._model:
             raise ValueError(f"llama.cpp could not load the vocabulary of {model_path}")

@@ -10,6 +10,7 @@ RIVER_REQUIRE_RPC is set (CI sets it), where they fail.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -40,10 +41,8 @@ def _require_rpc() -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def rpc_server():
-    """`river-cpp rpc-server` on a free loopback port, for the whole session: a device
-    the process registered must stay reachable while the process lives."""
+def _start_rpc_server() -> tuple[subprocess.Popen, str]:
+    """`river-cpp rpc-server` on a free loopback port, once it answers."""
     _require_rpc()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,13 +53,20 @@ def rpc_server():
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return server, f"127.0.0.1:{port}"
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
                 pytest.fail(f"rpc-server did not start: {server.stderr.read()}")
             time.sleep(0.2)
-    yield f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def rpc_server():
+    """An RPC server for the whole session: a server this process used must stay
+    there while the process lives (see test_a_server_that_goes_away for one that does not)."""
+    server, endpoint = _start_rpc_server()
+    yield endpoint
     server.kill()
     server.wait()
 
@@ -169,3 +175,99 @@ def test_unreachable_rpc_server_and_bad_n_gpu_layers(tiny_llama4):
             RiverModel(tiny_llama4, river=None, n_ctx=64, rpc_servers=[endpoint])
     with pytest.raises(ValueError, match="n_gpu_layers"):
         RiverModel(tiny_llama4, river=None, n_ctx=64, n_gpu_layers=5)
+
+
+# Run in a child process, as a failure aborts or hangs the process. Loads three models
+# on the server, kills it, then: closes one without a forward, drops one unclosed,
+# forwards the third (twice), closes it, tries the server's endpoint again with a new
+# server there, and generates on the CPU. Prints what it saw as JSON.
+DEAD_SERVER_CHILD = """
+import gc, json, os, signal, socket, subprocess, sys, time
+from river_cpp import RiverModel
+
+model_path, prompt, endpoint, server_pid, server_command = *sys.argv[1:4], int(sys.argv[4]), sys.argv[5:]
+host, port = endpoint.rsplit(":", 1)
+options = dict(river="q4_0", n_ctx=128, n_threads=1, progress=False)
+report = {}
+
+
+def wait_until_port(answers):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            if answers:
+                return
+        except OSError:
+            if not answers:
+                return
+        time.sleep(0.05)
+    sys.exit("the server's port did not " + ("answer" if answers else "close"))
+
+
+def attempt(call):
+    try:
+        call()
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+    return None
+
+
+def timed(call):
+    start = time.monotonic()
+    call()
+    return time.monotonic() - start
+
+
+a, b, c = (RiverModel(model_path, **options, rpc_servers=[endpoint]) for _ in range(3))
+report["placements"] = [m.placement.kv_cache for m in (a, b, c)]
+ids = a.tokenize(prompt)
+a.forward(ids)
+os.kill(server_pid, signal.SIGKILL)
+wait_until_port(answers=False)  # the server's sockets are closed
+report["close_unused"] = timed(b.close)
+del c
+gc.collect()
+report["forward"] = attempt(lambda: a.forward(ids[:1]))
+report["forward_again"] = attempt(lambda: a.forward(ids[:1]))
+report["close"] = timed(a.close)
+restarted = subprocess.Popen(server_command)
+try:
+    wait_until_port(answers=True)
+    report["reconnect"] = attempt(lambda: RiverModel(model_path, **options, rpc_servers=[endpoint]))
+finally:
+    restarted.kill()
+    restarted.wait()
+with RiverModel(model_path, **options) as cpu:
+    report["cpu_tokens"] = list(cpu.generate(ids, max_tokens=16, temperature=0.0).token_ids)
+print(json.dumps(report))
+"""
+
+
+def test_a_server_that_goes_away(tiny_llama4):
+    """A forward on a model whose server went away raises RiverError naming the
+    server, closing returns at once, and the process goes on: the server's endpoint
+    is refused (ggml keeps its dead connection) and a CPU model loads and generates."""
+    server, endpoint = _start_rpc_server()
+    arguments = [str(tiny_llama4), PROMPT, endpoint, str(server.pid), *server.args]
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", DEAD_SERVER_CHILD, *arguments], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the child process hung: {e.stderr[-3000:] if e.stderr else ''}")
+    finally:
+        server.kill()
+        server.wait()
+    assert child.returncode == 0, f"the child process died ({child.returncode}): {child.stderr[-3000:]}"
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    assert all(device.startswith("RPC") for device in report["placements"])
+    for forward in ("forward", "forward_again"):
+        kind, message = report[forward]
+        assert kind == "RiverError" and f"RPC server at {endpoint} went away" in message
+    assert report["close_unused"] < 5 and report["close"] < 5
+    kind, message = report["reconnect"]
+    assert kind == "ConnectionError" and f"{endpoint} went away earlier in this process" in message
+    with RiverModel(tiny_llama4, river="q4_0", n_ctx=128, n_threads=1, progress=False) as cpu:
+        ids = cpu.tokenize(PROMPT)
+        assert report["cpu_tokens"] == list(cpu.generate(ids, max_tokens=16, temperature=0.0).token_ids)

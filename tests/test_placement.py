@@ -3,11 +3,9 @@ errors of impossible requests. Pure planning; tests/test_devices.py runs the pla
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
-from river_cpp.placement import HOST, Device, Placement, connect_rpc_servers, plan_placement
+from river_cpp.placement import HOST, Device, Placement, plan_placement
 
 MIB = 1 << 20
 # a 4-layer model with a river: backbone layers of 10 MiB, river layers of 3 MiB
@@ -110,26 +108,3 @@ def test_describe_gives_layer_ranges():
     assert "KV cache: RPC0" in text
     assert "river layers: 0-3 RPC0; river head: RPC0" in text
     assert "backbone layers: 0-1 RPC0, 2-3 CPU; backbone head: CPU" in text
-
-
-@pytest.mark.parametrize("endpoint", ["localhost", "localhost:", ":50052", "host:port", "host:70000"])
-def test_rpc_endpoint_must_be_host_and_port(endpoint):
-    with pytest.raises(ValueError, match="host:port"):
-        connect_rpc_servers([endpoint])
-
-
-def test_rpc_servers_is_a_list():
-    with pytest.raises(TypeError, match="list"):
-        connect_rpc_servers("127.0.0.1:50052")
-
-
-def test_an_unreachable_rpc_server_is_a_clear_error():
-    from river_cpp import _core
-
-    if not _core.has_rpc():
-        pytest.skip("this ggml has no RPC backend: the error names the CMAKE_ARGS instead")
-    with socket.socket() as s:  # a port nobody listens on: bound, never listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        with pytest.raises(ConnectionError, match=f"cannot reach the RPC server at 127.0.0.1:{port}"):
-            connect_rpc_servers([f"127.0.0.1:{port}"], timeout=2)
