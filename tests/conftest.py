@@ -31,9 +31,7 @@ from river_cpp.demo import demo_backbone_path, demo_model_path
 # registers its backends (the first _core.devices()). So it is set for this process
 # only, while the backends register here, before any test; subprocesses (the RPC
 # server, CLI runs) do not inherit it. A value the environment already has is kept.
-if "GGML_VK_VISIBLE_DEVICES" in os.environ:
-    _core.devices()
-else:
+if "GGML_VK_VISIBLE_DEVICES" not in os.environ:
     os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
     try:
         _core.devices()
@@ -42,9 +40,8 @@ else:
 
 
 def host_offload_devices(rpc_servers=()) -> list[river_cpp.placement.Device]:
-    """river_cpp.placement.offload_devices without Vulkan devices: what this machine
-    offers a user (lavapipe stays hidden from them), so that only the tests that ask
-    for the Vulkan device run on it (lavapipe is slow)."""
+    """river_cpp.placement.offload_devices without Vulkan devices, so that only the
+    tests that ask for the Vulkan device run on it (lavapipe is slow)."""
     return [d for d in river_cpp.placement.offload_devices(rpc_servers) if not d.name.startswith("Vulkan")]
 
 
