@@ -202,6 +202,7 @@ PYBIND11_MODULE(_core, m) {
         .def("placed_bytes", &river::Engine::placed_bytes)
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })
         .def("reset_graph_stats", &river::Engine::reset_graph_stats)
+        .def_property_readonly("fallback_ops", &river::Engine::fallback_ops)
         .def_property("reuse_graphs", &river::Engine::reuse_graphs, &river::Engine::set_reuse_graphs)
         .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
         .def("rewind", &river::Engine::rewind, py::arg("n_past"))

@@ -232,6 +232,16 @@ std::map<std::string, size_t> Engine::placed_bytes() const {
     return bytes;
 }
 
+std::map<std::string, std::vector<std::string>> Engine::fallback_ops() const {
+    std::map<std::string, std::vector<std::string>> ops;
+    if (graphs_) {
+        for (const auto & [device, op] : graphs_->fallbacks()) {
+            ops[device].push_back(op);
+        }
+    }
+    return ops;
+}
+
 void Engine::rewind(int64_t n_past) {
     if (kv_) {
         kv_->rewind(n_past);

@@ -122,6 +122,9 @@ public:
     void reset() { rewind(0); }
 
     const GraphStats & graph_stats() const { return stats_; }
+    // Per device name, the ops of the graphs built so far that it cannot run and that
+    // ran on the CPU instead (see fallback.h); empty when every op ran where placed.
+    std::map<std::string, std::vector<std::string>> fallback_ops() const;
     void reset_graph_stats() { stats_ = GraphStats{}; }
     bool reuse_graphs() const { return params_.reuse_graphs; }
     void set_reuse_graphs(bool reuse);

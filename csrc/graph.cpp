@@ -67,6 +67,9 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
 
     // softmax(q k^T * attn_scale + mask): [n_kv, n_tokens, n_head]
     ggml_tensor * kq = ggml_mul_mat(ctx, k, q);
+    // F32 accumulation: a GPU backend's default for F16 operands may accumulate in F16
+    // (ggml-vulkan does), which attention scores cannot afford (the CPU ignores this).
+    ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
     ggml_tensor * mask = hp.is_swa(il) ? g.in.kq_mask_swa : g.in.kq_mask;
     kq = ggml_soft_max_ext(ctx, kq, mask, kq_scale, 0.0f);
     ggml_format_name(kq, "kq_soft_max-%d", static_cast<int>(il));

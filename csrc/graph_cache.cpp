@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common.h"
+#include "fallback.h"
 
 namespace river {
 
@@ -77,6 +78,11 @@ void GraphCache::build_into(Slot & slot, const GraphKey & key, const BuildFn & b
     build(slot.ctx, slot.graph.gf, slot.graph);
     if (!ggml_backend_sched_alloc_graph(sched, slot.graph.gf)) {
         throw Error("cannot allocate the compute graph");
+    }
+    for (const auto & found : find_fallbacks(sched, slot.graph.gf, backends_)) {
+        if (fallbacks_.insert(found).second) {
+            log(LogLevel::warn, found.first + " cannot run " + found.second + ": the scheduler runs it on the CPU");
+        }
     }
     slot.key = key;
     slot.valid = true;

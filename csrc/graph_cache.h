@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -62,6 +65,9 @@ public:
     // server went away (see forsake_if_lost) the host's compute buffers leak with
     // the remote ones.
     void forsake();
+    // (device, op) pairs the scheduler ran on the CPU because the device cannot
+    // (see fallback.h), over every graph built so far; each is logged once as found.
+    const std::set<std::pair<std::string, std::string>> & fallbacks() const { return fallbacks_; }
 
 private:
     struct Slot;
@@ -72,6 +78,7 @@ private:
     uint64_t clock_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;
     std::unique_ptr<Slot> scratch_;
+    std::set<std::pair<std::string, std::string>> fallbacks_;
 };
 
 }  // namespace river

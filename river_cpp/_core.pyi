@@ -89,6 +89,10 @@ class Engine:
     def graph_stats(self) -> dict[str, float]:
         """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset."""
     def reset_graph_stats(self) -> None: ...
+    @property
+    def fallback_ops(self) -> dict[str, list[str]]:
+        """Per device name, the ops of the graphs built so far that the device cannot
+        run and that ggml's scheduler ran on the CPU instead (empty: none)."""
     reuse_graphs: bool
     def set_exit(
         self, thresholds: Sequence[float], signal: str, tail_layers: int, river_head: bool, exit_vocab: int = 0

@@ -89,3 +89,7 @@ fi
 python -m pip install --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-"$version"-*.whl
 python -m pip install --find-links "$wheel_dir" "$@"
 python -c "from river_cpp import _core; assert _core.has_rpc(), 'llama-cpp-python was installed without RPC'"
+if [ "$devices" = rpc-vulkan ]; then  # lavapipe, seen the way the tests select it
+    GGML_VK_VISIBLE_DEVICES=0 python -c "from river_cpp import _core; \
+assert any(d['name'] == 'Vulkan0' for d in _core.devices()), 'no Vulkan device: is mesa-vulkan-drivers installed?'"
+fi

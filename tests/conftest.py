@@ -1,5 +1,5 @@
 """Shared fixtures: tiny random-weight llama GGUFs written with gguf-py, broken files,
-and the real demo model.
+and the real demo model; the Vulkan device of the tests.
 
 The tiny models borrow the demo model's whole tokenizer (49152 tokens), so
 llama-cpp-python loads them as it would a real release; their weights are scaled
@@ -8,6 +8,7 @@ so that logits are peaked and greedy decoding is stable to float rounding.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -16,9 +17,39 @@ import numpy as np
 import pytest
 from gguf_files import add_fields, write_and_close
 
+import river_cpp.placement
+from river_cpp import _core
 from river_cpp.backbones import f16_backbone_path
 from river_cpp.cache import models_dir
 from river_cpp.demo import demo_backbone_path, demo_model_path
+
+# ---------------------------------------------------------------- the Vulkan device
+#
+# Mesa's lavapipe, a Vulkan driver that runs on the CPU, is the tests' Vulkan device
+# (tests/test_devices.py). ggml-vulkan uses only discrete and integrated GPUs unless
+# GGML_VK_VISIBLE_DEVICES names others, and reads that variable once, when ggml
+# registers its backends (the first _core.devices()). So it is set for this process
+# only, while the backends register here, before any test; subprocesses (the RPC
+# server, CLI runs) do not inherit it. A value the environment already has is kept.
+if "GGML_VK_VISIBLE_DEVICES" not in os.environ:
+    os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
+    try:
+        _core.devices()
+    finally:
+        del os.environ["GGML_VK_VISIBLE_DEVICES"]
+
+
+def host_offload_devices(rpc_servers=()) -> list[river_cpp.placement.Device]:
+    """river_cpp.placement.offload_devices without Vulkan devices, so that only the
+    tests that ask for the Vulkan device run on it (lavapipe is slow)."""
+    return [d for d in river_cpp.placement.offload_devices(rpc_servers) if not d.name.startswith("Vulkan")]
+
+
+@pytest.fixture(autouse=True)
+def _vulkan_hidden(monkeypatch) -> None:
+    """Models offload to Vulkan only in tests that ask for it (the vulkan_device fixture)."""
+    monkeypatch.setattr("river_cpp.model.offload_devices", host_offload_devices)
+
 
 # make_tiny_gguf's dtype: the tensor type of its matrices (norms are always F32)
 # and the general.file_type that says so.

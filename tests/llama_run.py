@@ -1,11 +1,23 @@
-"""llama.cpp (through llama-cpp-python) as the reference runner of a GGUF file."""
+"""llama.cpp (through llama-cpp-python) as the reference runner of a GGUF file, on the
+CPU alone (in this process) or on the tests' Vulkan device (in a subprocess)."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import llama_cpp
+import llama_cpp.llama
 import numpy as np
+
+# A NULL-terminated list of no devices (llama_model_params.devices).
+_NO_DEVICES = (ctypes.c_void_p * 1)()
 
 
 @dataclass
@@ -36,8 +48,67 @@ class LlamaRun:
         assert (decode.argmax(-1) == self.greedy)[decided].all()
 
 
-def llama_run(path, ids, n_tokens) -> LlamaRun:
-    llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+def cpu_llama(path, **options) -> llama_cpp.Llama:
+    """llama_cpp.Llama(path, **options) computing on the CPU alone. Without a device
+    list llama.cpp takes every device ggml registered in this process (the tests'
+    Vulkan device, RPC servers) even at n_gpu_layers=0: it keeps host weights in a
+    device's pinned memory and offloads large batches to it. llama-cpp-python does not
+    expose the list, so its default model params carry an empty one while it loads."""
+    with _no_devices():
+        return llama_cpp.Llama(str(path), **options)
+
+
+@contextmanager
+def _no_devices():
+    module = llama_cpp.llama.llama_cpp
+    default = module.llama_model_default_params
+
+    def no_devices():
+        params = default()
+        params.devices = ctypes.addressof(_NO_DEVICES)
+        return params
+
+    module.llama_model_default_params = no_devices
+    try:
+        yield
+    finally:
+        module.llama_model_default_params = default
+
+
+def llama_run(path, ids, n_tokens, device: str = "CPU") -> LlamaRun:
+    """llama.cpp's run of `path` on `ids` and `n_tokens` greedy tokens, on the CPU or,
+    with device="Vulkan0", all layers on the Vulkan device."""
+    if device == "Vulkan0":
+        return _vulkan_run(path, ids, n_tokens)
+    if device != "CPU":
+        raise ValueError(f"llama_run runs on the CPU or Vulkan0, not {device!r}")
+    return _run(cpu_llama(path, n_ctx=256, n_threads=2, logits_all=True, verbose=False), ids, n_tokens)
+
+
+def _vulkan_run(path, ids, n_tokens) -> LlamaRun:
+    """In a subprocess, which registers only the Vulkan device (lavapipe, made visible as
+    tests/conftest.py explains) and no RPC server: llama.cpp offloads to every device
+    it sees, and cannot be pointed at one through llama-cpp-python."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "run.npz"
+        script = (
+            "import sys, numpy as np, llama_cpp\n"
+            "from llama_run import _run\n"
+            "options = dict(n_ctx=256, n_threads=2, n_gpu_layers=-1, logits_all=True, verbose=False)\n"
+            "llm = llama_cpp.Llama(sys.argv[1], **options)\n"
+            "run = _run(llm, [int(i) for i in sys.argv[3].split(',')], int(sys.argv[4]))\n"
+            "np.savez(sys.argv[2], logits=run.logits, greedy=run.greedy, decode_logits=run.decode_logits)\n"
+        )
+        env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "PYTHONPATH": str(Path(__file__).parent)}
+        command = [sys.executable, "-c", script, str(path), str(out), ",".join(map(str, ids)), str(n_tokens)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"llama.cpp on Vulkan0 failed: {done.stderr[-2000:]}")
+        saved = np.load(out)
+        return LlamaRun(saved["logits"], [int(t) for t in saved["greedy"]], saved["decode_logits"])
+
+
+def _run(llm: llama_cpp.Llama, ids, n_tokens) -> LlamaRun:
     try:
         llm.eval(ids)
         logits = np.array(llm.scores[: len(ids)])
