@@ -7,6 +7,7 @@ check_llama_cpp_python()
 from river_cpp._core import RiverError  # noqa: E402
 from river_cpp.exit_stats import ExitStats  # noqa: E402
 from river_cpp.generation import GenerationChunk, GenerationResult  # noqa: E402
+from river_cpp.info import system_info  # noqa: E402
 from river_cpp.model import RiverModel  # noqa: E402
 from river_cpp.policy import ExitPolicy  # noqa: E402
 from river_cpp.sampling import SamplingParams  # noqa: E402
@@ -22,5 +23,6 @@ __all__ = [
     "SamplingParams",
     "Speculative",
     "SpeculativeStats",
+    "system_info",
 ]
 __version__ = "0.1.0"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import llama_cpp
 import numpy as np
+
+from river_cpp.measure.llama_peer import load_llama
 
 
 @dataclass
@@ -37,7 +38,7 @@ class LlamaRun:
 
 
 def llama_run(path, ids, n_tokens) -> LlamaRun:
-    llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+    llm = load_llama(path, n_ctx=256, n_threads=2, logits_all=True, verbose=False)
     try:
         llm.eval(ids)
         logits = np.array(llm.scores[: len(ids)])

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
-import llama_cpp
 import numpy as np
 import pytest
 
 from river_cpp.convert import convert_to_f16
+from river_cpp.measure.llama_peer import load_llama
 
 F16 = gguf.GGMLQuantizationType.F16
 F32 = gguf.GGMLQuantizationType.F32
@@ -17,7 +17,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog."
 
 
 def llama_cpp_logits(path: Path, text: str = PROMPT) -> np.ndarray:
-    llm = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, verbose=False)
+    llm = load_llama(path, n_ctx=256, logits_all=True, verbose=False)
     ids = llm.tokenize(text.encode())
     llm.eval(ids)
     return np.array(llm.scores[: len(ids)])

@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import llama_cpp
 import numpy as np
 import pytest
 from routes import PAPER_RIVER
 
 from river_cpp import RiverModel
 from river_cpp.generation import GenerationStream, generate, generate_step
+from river_cpp.measure.llama_peer import load_llama
 from river_cpp.sampling import Sampler, SamplingParams
 
 N_CTX = 64
@@ -161,7 +161,7 @@ def test_same_seed_same_tokens(model):
 
 
 def test_greedy_matches_llama_cpp_python(model, tiny_llama):
-    llama = llama_cpp.Llama(str(tiny_llama), n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False)
+    llama = load_llama(tiny_llama, n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False)
     try:
         prompt_ids = llama.tokenize(PROMPT.encode(), add_bos=True, special=True)
         expected = []
