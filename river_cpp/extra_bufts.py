@@ -58,6 +58,9 @@ class Verdict:
 
     usable: bool
     reason: str  # "ok: q4_0, q8_0", "crashed (SIGSEGV)", "timed out after 60 s", ...
+    # Whether the finding is about the type rather than this moment: a timeout (a busy
+    # machine) or a child that failed to run is not cached, the next process probes again.
+    lasting: bool = True
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def cached_probe(
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> dict[str, Verdict]:
     """Verdicts on `names`: from this process's memory, else the cache file for `key`,
-    else probed (and stored there)."""
+    else probed (and stored there when lasting)."""
     path = cache_path(key)
     memo = key_digest(key)
     verdicts = {} if reprobe else dict(_verdicts_in_process.get(memo) or read_verdicts(path))
@@ -157,7 +160,7 @@ def probe(
                 list(command(name)), capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
             )
         except subprocess.TimeoutExpired:
-            verdicts[name] = Verdict(False, f"timed out after {timeout_s:g} s")
+            verdicts[name] = Verdict(False, f"timed out after {timeout_s:g} s", lasting=False)
             continue
         verdicts[name] = judge(done.returncode, done.stdout, done.stderr)
     return verdicts
@@ -178,7 +181,7 @@ def judge(returncode: int, stdout: str, stderr: str) -> Verdict:
         return Verdict(False, f"crashed ({name})")
     if returncode != 0:
         last = stderr.strip().splitlines()[-1:] or [f"exit status {returncode}"]
-        return Verdict(False, f"failed: {last[0]}")
+        return Verdict(False, f"failed: {last[0]}", lasting=False)
     try:
         products = json.loads((stdout.strip().splitlines() or [""])[-1])["products"]
         checked = []
@@ -190,7 +193,7 @@ def judge(returncode: int, stdout: str, stderr: str) -> Verdict:
                 return Verdict(False, f"wrong result for {product['type']}: relative error {error:.3g}")
             checked.append(product["type"])
     except (ValueError, KeyError, TypeError) as error:
-        return Verdict(False, f"unreadable report ({error})")
+        return Verdict(False, f"unreadable report ({error})", lasting=False)
     if not checked:
         return Verdict(False, "multiplies none of the probed types")
     return Verdict(True, "ok: " + ", ".join(dict.fromkeys(checked)))
@@ -256,12 +259,13 @@ def read_verdicts(path: Path) -> dict[str, Verdict]:
 
 
 def write_verdicts(path: Path, key: Mapping[str, str], verdicts: Mapping[str, Verdict]) -> None:
-    """Store the verdicts atomically (processes probing at once write the same findings)."""
+    """Store the lasting verdicts atomically (processes probing at once write the same
+    findings)."""
+    lasting = {name: {"usable": v.usable, "reason": v.reason} for name, v in verdicts.items() if v.lasting}
+    if not lasting:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {
-        "key": dict(key),
-        "verdicts": {name: {"usable": v.usable, "reason": v.reason} for name, v in verdicts.items()},
-    }
+    document = {"key": dict(key), "verdicts": lasting}
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     os.replace(partial, path)

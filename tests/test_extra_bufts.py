@@ -221,6 +221,22 @@ def test_verdicts_are_probed_once_per_key(river_cache, fresh_memory, tmp_path):
     assert runs.read_text() == "xxx"
 
 
+def test_timeouts_and_failures_are_not_cached(river_cache, fresh_memory):
+    """A busy machine or a child that could not start says nothing about the type: the
+    next process probes again; a crash is a finding and is kept."""
+    key = {"cpu": "test CPU", "kernel": "1.0", "ggml": "0", "llama_cpp_python": "0"}
+    commands = {
+        "SLOW": "import time; time.sleep(60)",
+        "BROKEN": "raise SystemExit(3)",
+        "CRASH": "import os; os.abort()",
+    }
+    verdicts = eb.cached_probe(
+        list(commands), key, command=lambda name: [sys.executable, "-c", commands[name]], timeout_s=1
+    )
+    assert not any(v.usable for v in verdicts.values())
+    assert eb.read_verdicts(eb.cache_path(key)) == {"CRASH": verdicts["CRASH"]}
+
+
 def test_an_unreadable_cache_file_is_probed_again(river_cache, fresh_memory):
     key = {"cpu": "test CPU", "kernel": "1.0", "ggml": "0", "llama_cpp_python": "0"}
     eb.cache_path(key).parent.mkdir(parents=True)
