@@ -15,13 +15,16 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 
 from river_cpp.gguf_info import read_gguf_info
 from river_cpp.language_model import ROUTES
 from river_cpp.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 N_BATCH = 512
 
@@ -36,7 +39,7 @@ def peer_note() -> Optional[str]:
     return extra_bufts().llama_cpp_note()
 
 
-def load_llama(path: Union[str, os.PathLike], **options):
+def load_llama(path: Union[str, os.PathLike], **options) -> llama_cpp.Llama:
     """llama_cpp.Llama(path, **options), with use_extra_bufts=False where peer_note()
     says the CPU's extra buffer types are not all allowed (a type that fails the probe
     would crash llama.cpp's first batch too)."""
