@@ -289,3 +289,20 @@ def test_the_llama_cpp_peer_follows_the_decision(tiny_llama, monkeypatch, mode):
         assert peer.llama.model_params.use_extra_bufts == (not expected_off)
         assert (peer.extra_bufts_note is not None) == expected_off
         assert peer.forward(peer.tokenize("Hello world")).shape[0] > 1
+
+
+@needs_repack
+def test_a_type_whose_probe_crashes_is_used_by_nobody(tiny_llama, monkeypatch, fresh_memory, river_cache):
+    """End to end, as on a host whose AMX faults (the stand-in on hosts without AMX):
+    the probe's child for CPU_REPACK crashes, so the engine repacks nothing, llama.cpp
+    loads without extra buffer types, and both still compute."""
+    monkeypatch.delenv(eb.ENV, raising=False)
+    monkeypatch.setattr(eb, "_child_command", child("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"))
+    with RiverModel(tiny_llama, river="q4_0", n_ctx=64, progress=False) as model:
+        assert model.extra_bufts.verdicts[eb.REPACK] == eb.Verdict(False, "crashed (SIGSEGV)")
+        assert model.engine.repacked_tensors == 0
+        model.generate("Hello", max_tokens=2)
+    with LlamaCppPeer(tiny_llama, n_ctx=64, n_threads=1) as peer:
+        assert not peer.llama.model_params.use_extra_bufts
+        assert f"{eb.REPACK} failed the probe: crashed (SIGSEGV)" in peer.extra_bufts_note
+        peer.forward(peer.tokenize("Hello world"))
