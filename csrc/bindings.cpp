@@ -198,6 +198,9 @@ PYBIND11_MODULE(_core, m) {
             });
         },
         py::arg("sink"), "Route engine log lines to sink(level, message); None silences them.");
+    // The sink holds a Python callable in a C++ static, destroyed after the interpreter
+    // has finalized: dropping it then aborts the process at exit. Drop it while Python runs.
+    py::module_::import("atexit").attr("register")(py::cpp_function([] { river::set_log_sink(nullptr); }));
 
     py::class_<river::Engine>(m, "Engine")
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,

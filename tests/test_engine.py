@@ -209,3 +209,14 @@ def test_closed_model_raises(tiny_llama):
     model.close()
     with pytest.raises(ValueError, match="closed"):
         model.forward([1])
+
+
+def test_a_log_sink_does_not_crash_the_process_at_exit():
+    """RiverModel(verbose=True) (`river-cpp generate -v`) installs a Python log sink;
+    kept in a C++ static past the interpreter's end, it aborted every such process at exit."""
+    import subprocess
+    import sys
+
+    code = "from river_cpp import _core; _core.set_log_sink(lambda level, message: None)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
