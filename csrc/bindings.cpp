@@ -7,7 +7,9 @@
 
 #include <cstring>
 
+#include "buft_probe.h"
 #include "common.h"
+#include "cpu_layout.h"
 #include "devices.h"
 #include "engine.h"
 #include "river_build.h"
@@ -130,6 +132,40 @@ py::list devices_list(const std::vector<std::string> & rpc_endpoints) {
     return out;
 }
 
+using FloatMatrix = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::object probe_matmul(const std::string & buffer_type, const std::string & type, const FloatMatrix & weights,
+                        const FloatMatrix & inputs, int n_threads) {
+    if (weights.ndim() != 2 || inputs.ndim() != 2 || weights.shape(1) != inputs.shape(1)) {
+        throw river::Error("probe_matmul needs 2-D weights [n_out, n_in] and inputs [n_tokens, n_in]");
+    }
+    if (n_threads <= 0) {
+        throw river::Error("n_threads must be positive, got " + std::to_string(n_threads));
+    }
+    const ggml_type ggml_t = river::river_type_from_name(type);
+    river::ProbeProduct product;
+    {
+        py::gil_scoped_release release;
+        product = river::probe_matmul(buffer_type, ggml_t, weights.data(), weights.shape(0), weights.shape(1),
+                                      inputs.data(), inputs.shape(0), n_threads);
+    }
+    if (!product.supported) {
+        return py::none();
+    }
+    const std::vector<py::ssize_t> shape{inputs.shape(0), weights.shape(0)};
+    return py::make_tuple(py::array_t<float>(shape, product.plain.data()),
+                          py::array_t<float>(shape, product.extra.data()));
+}
+
+std::vector<std::string> cpu_extra_buffer_type_names() {
+    river::load_backends();
+    std::vector<std::string> names;
+    for (ggml_backend_buffer_type_t buft : river::cpu_extra_buffer_types()) {
+        names.emplace_back(ggml_backend_buft_name(buft));
+    }
+    return names;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -162,17 +198,23 @@ PYBIND11_MODULE(_core, m) {
             });
         },
         py::arg("sink"), "Route engine log lines to sink(level, message); None silences them.");
+    // The sink holds a Python callable in a C++ static, destroyed after the interpreter
+    // has finalized: dropping it then aborts the process at exit. Drop it while Python runs.
+    py::module_::import("atexit").attr("register")(py::cpp_function([] { river::set_log_sink(nullptr); }));
 
     py::class_<river::Engine>(m, "Engine")
-        .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap) {
+        .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
+                         std::vector<std::string> cpu_extra_bufts) {
                  river::EngineParams params;
                  params.n_ctx = n_ctx;
                  params.n_batch = n_batch;
                  params.n_threads = n_threads;
                  params.use_mmap = use_mmap;
+                 params.cpu_extra_bufts = std::move(cpu_extra_bufts);
                  return std::make_unique<river::Engine>(path, params);
              }),
-             py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true)
+             py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true,
+             py::arg("cpu_extra_bufts") = std::vector<std::string>{})
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("use_exit"))
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
@@ -198,6 +240,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("placed", &river::Engine::placed)
         .def_property_readonly("placement", [](const river::Engine & e) { return parts_dict(e.placement()); })
         .def_property_readonly("repacked_tensors", &river::Engine::repacked_tensors)
+        .def_property_readonly("repacked_by_buffer_type", &river::Engine::repacked_by_buffer_type)
         .def("placement_sizes", [](const river::Engine & e) { return parts_dict(e.placement_sizes()); })
         .def("placed_bytes", &river::Engine::placed_bytes)
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })
@@ -222,6 +265,24 @@ PYBIND11_MODULE(_core, m) {
     bind_gguf(m);
     m.def("devices", &devices_list, py::arg("rpc_endpoints") = std::vector<std::string>{},
           "The devices ggml offers (of the RPC ones, those of rpc_endpoints): offloading ones first, the CPU last.");
+    m.def("cpu_extra_buffer_types", &cpu_extra_buffer_type_names,
+          "Names of the CPU device's extra buffer types (AMX, CPU_REPACK, ...), in ggml's order of preference.");
+    m.def(
+        "ggml_version",
+        []() {
+            py::dict d;
+            d["version"] = ggml_version();
+            d["commit"] = ggml_commit();
+            return d;
+        },
+        "The version and commit of the ggml this process runs.");
+    m.def("probe_matmul", &probe_matmul, py::arg("buffer_type"), py::arg("type"), py::arg("weights"), py::arg("inputs"),
+          py::arg("n_threads") = 1,
+          "inputs @ quantized(weights).T from the plain CPU buffer and from the extra buffer type; None where it "
+          "does not multiply that type.");
+    m.def("backends", &river::backend_names, "The registered ggml backends, in registration order.");
+    m.def("cpu_features", &river::cpu_features,
+          "The CPU backend's features as (name, value) pairs, e.g. (\"AVX2\", \"1\").");
     m.def("has_rpc", &river::has_rpc, "Whether this ggml has the RPC backend.");
     m.def("add_rpc_server", &river::add_rpc_server, py::arg("endpoint"),
           "Add the devices of the RPC server at host:port (the caller checks that it answers).");

@@ -9,10 +9,12 @@
 
 namespace river {
 
-namespace {
-
-std::vector<ggml_backend_buffer_type_t> cpu_extra_buffer_types(ggml_backend_dev_t cpu) {
+std::vector<ggml_backend_buffer_type_t> cpu_extra_buffer_types() {
     std::vector<ggml_backend_buffer_type_t> types;
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!cpu) {
+        return types;
+    }
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
     auto get_extra = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
         ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts"));
@@ -22,7 +24,16 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_buffer_types(ggml_backend_dev_
     return types;
 }
 
-}  // namespace
+ggml_backend_buffer_type_t cpu_extra_buffer_type(const std::string & name) {
+    std::string known;
+    for (ggml_backend_buffer_type_t buft : cpu_extra_buffer_types()) {
+        if (name == ggml_backend_buft_name(buft)) {
+            return buft;
+        }
+        known += (known.empty() ? "" : ", ") + std::string(ggml_backend_buft_name(buft));
+    }
+    throw Error("no CPU extra buffer type '" + name + "' (this ggml has: " + (known.empty() ? "none" : known) + ")");
+}
 
 RepackedTensors::~RepackedTensors() {
     buffers_.clear();
@@ -32,10 +43,18 @@ RepackedTensors::~RepackedTensors() {
 }
 
 void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors,
-                             const std::vector<ggml_backend_buffer_t> & host_buffers) {
+                             const std::vector<ggml_backend_buffer_t> & host_buffers,
+                             const std::vector<std::string> & allowed) {
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    const std::vector<ggml_backend_buffer_type_t> extra =
-        cpu ? cpu_extra_buffer_types(cpu) : std::vector<ggml_backend_buffer_type_t>{};
+    std::vector<ggml_backend_buffer_type_t> extra;
+    for (const std::string & name : allowed) {
+        extra.push_back(cpu_extra_buffer_type(name));
+    }
+    // ggml's order of preference, whatever the order of `allowed`
+    const std::vector<ggml_backend_buffer_type_t> all = cpu_extra_buffer_types();
+    std::sort(extra.begin(), extra.end(), [&](ggml_backend_buffer_type_t a, ggml_backend_buffer_type_t b) {
+        return std::find(all.begin(), all.end(), a) < std::find(all.begin(), all.end(), b);
+    });
     if (extra.empty()) {
         return;
     }
@@ -77,6 +96,7 @@ void RepackedTensors::repack(const std::vector<ggml_tensor **> & tensors,
             ggml_backend_tensor_set(copy, (*slot)->data, 0, ggml_nbytes(*slot));
             *slot = copy;
             ++count_;
+            ++counts_[ggml_backend_buft_name(buft)];
         }
         buffers_.push_back(std::move(buffer));
     }

@@ -74,6 +74,31 @@ std::vector<DeviceInfo> list_devices(const std::vector<std::string> & rpc_endpoi
     return devices;
 }
 
+std::vector<std::string> backend_names() {
+    load_backends();
+    std::vector<std::string> names;
+    for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
+        names.emplace_back(ggml_backend_reg_name(ggml_backend_reg_get(i)));
+    }
+    return names;
+}
+
+std::vector<std::pair<std::string, std::string>> cpu_features() {
+    load_backends();
+    std::vector<std::pair<std::string, std::string>> features;
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!cpu) {
+        return features;
+    }
+    auto get_features = reinterpret_cast<ggml_backend_get_features_t>(
+        ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), "ggml_backend_get_features"));
+    for (ggml_backend_feature * f = get_features ? get_features(ggml_backend_dev_backend_reg(cpu)) : nullptr;
+         f && f->name; ++f) {
+        features.emplace_back(f->name, f->value);
+    }
+    return features;
+}
+
 ggml_backend_dev_t device_by_name(const std::string & name) {
     load_backends();
     if (ggml_backend_dev_t dev = ggml_backend_dev_by_name(name.c_str())) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -30,6 +31,13 @@ void load_backends();
 // devices only those of `rpc_endpoints` (asking a server that went away for its
 // memory would abort the process).
 std::vector<DeviceInfo> list_devices(const std::vector<std::string> & rpc_endpoints = {});
+
+// The names of the registered backends (ggml's registry: "CPU", "Vulkan", "RPC", ...).
+std::vector<std::string> backend_names();
+
+// What the CPU backend reports about itself: features it detected or was built for
+// ("AVX2" -> "1", "AMX_INT8" -> "1", ...), in its order.
+std::vector<std::pair<std::string, std::string>> cpu_features();
 
 // The device called `name`; throws naming the devices there are.
 ggml_backend_dev_t device_by_name(const std::string & name);

@@ -64,6 +64,9 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
         throw Error("n_batch must be positive, got " + std::to_string(params.n_batch));
     }
     load_backends();
+    for (const std::string & name : params.cpu_extra_bufts) {
+        cpu_extra_buffer_type(name);   // throws for a name this ggml lacks, before any work
+    }
     file_ = std::make_unique<GgufFile>(model_path, params.use_mmap);
     hp_ = read_hparams(*file_);
     // llama.cpp tokenizes for this model: its vocabulary must not be able to abort it
@@ -196,7 +199,7 @@ void Engine::place(const Placement & placement) {
         const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
         matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
     }
-    repacked_.repack(matrices, {weight_buffer_.get(), river_buffer_.get()});
+    repacked_.repack(matrices, {weight_buffer_.get(), river_buffer_.get()}, params_.cpu_extra_bufts);
     device_weights_ = std::move(copies);
 
     for (ggml_backend_dev_t dev : devices) {

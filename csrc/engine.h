@@ -30,6 +30,10 @@ struct EngineParams {
     int n_threads = 1;
     bool use_mmap = true;    // map the backbone and river files; false: read them into memory
     bool reuse_graphs = true;   // keep decode graphs for later steps; false: build every graph afresh
+    // The CPU extra buffer types (by name) host matrices may be repacked into; the
+    // caller decides which work on this host (none by default: the plain layout
+    // never faults).
+    std::vector<std::string> cpu_extra_bufts;
 };
 
 // Where time goes per graph: building and allocating it vs computing it.
@@ -90,6 +94,8 @@ public:
     const Placement & placement() const { return placement_; }
     // Host matrices moved into the CPU's faster layouts by place().
     size_t repacked_tensors() const { return repacked_.count(); }
+    // Of those, how many each extra buffer type holds, by its name.
+    const std::map<std::string, size_t> & repacked_by_buffer_type() const { return repacked_.counts(); }
     PlacementSizes placement_sizes() const;
     // Bytes of weights (and the cache) per device name, after place().
     std::map<std::string, size_t> placed_bytes() const;

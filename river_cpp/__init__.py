@@ -8,6 +8,7 @@ from river_cpp._core import RiverError  # noqa: E402
 from river_cpp.context import ContextOverflowError  # noqa: E402
 from river_cpp.exit_stats import ExitStats  # noqa: E402
 from river_cpp.generation import GenerationChunk, GenerationResult  # noqa: E402
+from river_cpp.info import system_info  # noqa: E402
 from river_cpp.model import RiverModel  # noqa: E402
 from river_cpp.policy import ExitPolicy  # noqa: E402
 from river_cpp.sampling import SamplingParams  # noqa: E402
@@ -24,5 +25,6 @@ __all__ = [
     "SamplingParams",
     "Speculative",
     "SpeculativeStats",
+    "system_info",
 ]
 __version__ = "0.1.0"

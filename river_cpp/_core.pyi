@@ -44,6 +44,31 @@ def devices(rpc_endpoints: Sequence[str] = ()) -> list[dict[str, Any]]:
     those of rpc_endpoints. Each: {"name", "description", "type" ("cpu" | "gpu" |
     "igpu" | "accel"), "memory_free", "memory_total", "host_ptr_buffers"}."""
 
+def backends() -> list[str]:
+    """The registered ggml backends ("CPU", "Vulkan", "RPC", ...), in registration order."""
+
+def cpu_features() -> list[tuple[str, str]]:
+    """The CPU backend's features as (name, value) pairs, e.g. ("AVX2", "1")."""
+
+def ggml_version() -> dict[str, str]:
+    """{"version", "commit"} of the ggml this process runs."""
+
+def cpu_extra_buffer_types() -> list[str]:
+    """The CPU device's extra buffer types ("AMX", "CPU_REPACK", ...), in ggml's order
+    of preference. Which of them are safe to use is river_cpp.extra_bufts's business."""
+
+def probe_matmul(
+    buffer_type: str,
+    type: str,
+    weights: npt.ArrayLike,
+    inputs: npt.ArrayLike,
+    n_threads: int = 1,
+) -> Optional[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]]:
+    """inputs [n_tokens, n_in] times weights [n_out, n_in] quantized to `type`, computed
+    with the weights in the plain CPU buffer and in the extra `buffer_type`: (plain, extra),
+    each [n_tokens, n_out]; None where that buffer type does not multiply `type`. Run it in
+    a child process: a broken extra type may crash it (river_cpp.extra_bufts does)."""
+
 def has_rpc() -> bool: ...
 def add_rpc_server(endpoint: str) -> None:
     """Register the devices of the RPC server at host:port (the caller checks first
@@ -53,7 +78,17 @@ def serve_rpc(endpoint: str, n_threads: int) -> None:
     """Serve this machine's CPU over ggml RPC at host:port; does not return."""
 
 class Engine:
-    def __init__(self, path: str, n_ctx: int, n_batch: int, n_threads: int, use_mmap: bool = True) -> None: ...
+    def __init__(
+        self,
+        path: str,
+        n_ctx: int,
+        n_batch: int,
+        n_threads: int,
+        use_mmap: bool = True,
+        cpu_extra_bufts: Sequence[str] = (),
+    ) -> None:
+        """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
+        repacked into (none by default); RiverError for a name this ggml lacks."""
     def forward(self, ids: npt.ArrayLike, last_only: bool, use_exit: bool) -> npt.NDArray[np.float32]: ...
     def load_river(self, path: str) -> None: ...
     def check_files(self) -> None:
@@ -85,6 +120,9 @@ class Engine:
         """Bytes of weight copies and cache per device name, after place()."""
     @property
     def repacked_tensors(self) -> int: ...
+    @property
+    def repacked_by_buffer_type(self) -> dict[str, int]:
+        """How many host matrices place() put into each CPU extra buffer type."""
     @property
     def graph_stats(self) -> dict[str, float]:
         """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset."""

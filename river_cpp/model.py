@@ -19,6 +19,7 @@ from river_cpp._ggml import set_ggml_verbosity
 from river_cpp._lock import ModelLock
 from river_cpp.context import check_fits
 from river_cpp.exit_stats import ExitStats
+from river_cpp.extra_bufts import ENV, ExtraBufts, extra_bufts
 from river_cpp.generation import GenerationResult, GenerationStream, SpeculativeOption, stream_generate
 from river_cpp.language_model import ROUTES
 from river_cpp.placement import Placement, offload_devices, plan_placement
@@ -161,8 +162,15 @@ class RiverModel:
         set_ggml_verbosity(verbose)
         if verbose:
             _core.set_log_sink(lambda level, message: print(f"river-cpp: {message}"))
+        # the CPU's extra buffer types that proved to work here (RIVER_CPP_EXTRA_BUFTS)
+        self.extra_bufts: ExtraBufts = extra_bufts()
         self._engine: Optional[_core.Engine] = _core.Engine(
-            path, _positive_int("n_ctx", n_ctx), DEFAULT_N_BATCH, n_threads, bool(use_mmap)
+            path,
+            _positive_int("n_ctx", n_ctx),
+            DEFAULT_N_BATCH,
+            n_threads,
+            bool(use_mmap),
+            cpu_extra_bufts=list(self.extra_bufts.allowed),
         )
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
@@ -188,6 +196,7 @@ class RiverModel:
             self._check_servers()
         if verbose:
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
+            print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
         self.prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
@@ -271,6 +280,20 @@ class RiverModel:
     def _check_open(self) -> None:
         if self._engine is None:
             raise ValueError("this RiverModel is closed")
+
+    def describe_buffer_types(self) -> str:
+        """Lines for `river-cpp generate -v`: the buffer types holding the host's weights
+        (the CPU's extra types with their matrix counts, and those not used and why)."""
+        decision, used = self.extra_bufts, self.engine.repacked_by_buffer_type
+        lines = [f"host buffer types ({ENV}={decision.mode}):"]
+        for name in decision.available:
+            if name not in decision.allowed:
+                state = "not used: " + decision.why_not(name)
+            else:
+                state = f"{used[name]} matrices" if used.get(name) else "allowed; no matrix of a type it takes"
+            lines.append(f"  {name:<12} {state}")
+        lines.append(f"  {'CPU':<12} the other host weights")
+        return "\n".join(lines)
 
     # ---------------------------------------------------------------- sizes
 

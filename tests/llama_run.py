@@ -3,21 +3,17 @@ CPU alone (in this process) or on the tests' Vulkan device (in a subprocess)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
-import llama_cpp.llama
 import numpy as np
 
-# A NULL-terminated list of no devices (llama_model_params.devices).
-_NO_DEVICES = (ctypes.c_void_p * 1)()
+from river_cpp.measure.llama_peer import load_llama
 
 
 @dataclass
@@ -49,30 +45,10 @@ class LlamaRun:
 
 
 def cpu_llama(path, **options) -> llama_cpp.Llama:
-    """llama_cpp.Llama(path, **options) computing on the CPU alone. Without a device
-    list llama.cpp takes every device ggml registered in this process (the tests'
-    Vulkan device, RPC servers) even at n_gpu_layers=0: it keeps host weights in a
-    device's pinned memory and offloads large batches to it. llama-cpp-python does not
-    expose the list, so its default model params carry an empty one while it loads."""
-    with _no_devices():
-        return llama_cpp.Llama(str(path), **options)
-
-
-@contextmanager
-def _no_devices():
-    module = llama_cpp.llama.llama_cpp
-    default = module.llama_model_default_params
-
-    def no_devices():
-        params = default()
-        params.devices = ctypes.addressof(_NO_DEVICES)
-        return params
-
-    module.llama_model_default_params = no_devices
-    try:
-        yield
-    finally:
-        module.llama_model_default_params = default
+    """llama_cpp.Llama(path, **options) computing on the CPU alone (load_llama's cpu_only):
+    without a device list llama.cpp takes every device ggml registered in this process
+    (the tests' Vulkan device, RPC servers) even at n_gpu_layers=0."""
+    return load_llama(path, cpu_only=True, **options)
 
 
 def llama_run(path, ids, n_tokens, device: str = "CPU") -> LlamaRun:

@@ -87,6 +87,19 @@ def test_eval_prints_statistics_and_a_table_and_writes_json(tiny_llama4, tmp_pat
     assert result.n_chunks == 2 and result.forced == 4 and "chat" in result.corpus
 
 
+def test_eval_says_when_llama_cpp_ran_without_extra_buffer_types(tiny_llama4, monkeypatch, capsys):
+    from river_cpp import _core
+    from river_cpp.extra_bufts import ENV
+
+    if not _core.cpu_extra_buffer_types():
+        pytest.skip("this ggml's CPU backend has no extra buffer type to turn off")
+    monkeypatch.setenv(ENV, "none")
+    assert main(["eval", "--model", str(tiny_llama4), *EVAL_SMALL, "--ladder", "F16"]) == 0
+    stdout = capsys.readouterr().out
+    assert "note: llama.cpp ran without extra buffer types (no repacked layouts): " in stdout
+    assert f"({ENV}=none)" in stdout
+
+
 def test_eval_reads_corpus_files_and_plots_with_bench_speeds(tiny_llama4, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install river-cpp[plot])")
     from river_cpp.measure.bench import REFERENCE, BenchReport, BenchRow

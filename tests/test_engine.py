@@ -8,6 +8,7 @@ import pytest
 from llama_run import llama_logits_and_greedy, llama_run
 
 from river_cpp import RiverError, RiverModel
+from river_cpp.extra_bufts import REPACK, extra_bufts
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 
@@ -112,6 +113,9 @@ def test_host_matrices_are_repacked(demo_backbone, monkeypatch):
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the repacked Q4_0 layouts this checks are the x86-64 ones")
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR", raising=False)
+    decision = extra_bufts()
+    if REPACK not in decision.allowed:
+        pytest.skip(f"this host does not use {REPACK}: {decision.why_not(REPACK)}")
     with RiverModel(demo_backbone, river="q4_0", river_head="q4_0", n_ctx=64, progress=False) as model:
         # every river matrix and its head: 7 per layer + 1
         assert model.engine.repacked_tensors >= 7 * model.n_layer + 1
@@ -205,3 +209,14 @@ def test_closed_model_raises(tiny_llama):
     model.close()
     with pytest.raises(ValueError, match="closed"):
         model.forward([1])
+
+
+def test_a_log_sink_does_not_crash_the_process_at_exit():
+    """RiverModel(verbose=True) (`river-cpp generate -v`) installs a Python log sink;
+    kept in a C++ static past the interpreter's end, it aborted every such process at exit."""
+    import subprocess
+    import sys
+
+    code = "from river_cpp import _core; _core.set_log_sink(lambda level, message: None)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -28,6 +28,7 @@ COMMANDS = (
     "calibrate",
     "humaneval",
     "rpc_server",
+    "info",
 )
 
 

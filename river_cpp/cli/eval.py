@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from river_cpp.measure import comparison as cmp
     from river_cpp.measure.bench import DEFAULT_PEERS, BenchReport, measure
     from river_cpp.measure.corpus import load_corpus, token_chunks
+    from river_cpp.measure.llama_peer import peer_note
     from river_cpp.measure.pareto import plot_pareto, speed_ratios
     from river_cpp.tokenizer import Tokenizer
 
@@ -183,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
             )
             print(bench.table())
     print(result.table())
+    note = None if args.from_json or not (ladder or args.measure_speed) else peer_note()
+    if note:
+        print(f"note: {note}")
     print()
     print("\n".join(result.verdicts()))
     if args.plot:

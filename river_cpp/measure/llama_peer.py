@@ -4,15 +4,19 @@ The one place measurement sets up llama-cpp-python. Bench, eval and humaneval ru
 their llama.cpp rows through it with the same loop as River's
 (river_cpp.generation.generate_step), the same tokenizer (river-cpp's, on the same
 file) and RiverModel's settings: the same threads for batches and single tokens,
-512-token batches, no flash attention. It has one weight set, so every route is
-the same, every token runs all layers, and it keeps no prompt cache.
+512-token batches, no flash attention, and the CPU extra buffer types river-cpp's
+probe allows (river_cpp.extra_bufts; llama.cpp can only take all or none of them). It
+has one weight set, so every route is the same, every token runs all layers, and it
+keeps no prompt cache.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 
@@ -23,7 +27,59 @@ from river_cpp.language_model import ROUTES
 from river_cpp.policy import ExitPolicy
 from river_cpp.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    import llama_cpp
+
 N_BATCH = 512
+
+_default_params_lock = threading.Lock()
+# A NULL-terminated list of no devices (llama_model_params.devices).
+_NO_DEVICES = (ctypes.c_void_p * 1)()
+
+
+def peer_note() -> Optional[str]:
+    """Why llama.cpp peers run without the CPU's extra buffer types (and so without
+    their repacked layouts) in this process; None when they use them."""
+    from river_cpp.extra_bufts import extra_bufts
+
+    return extra_bufts().llama_cpp_note()
+
+
+def load_llama(path: Union[str, os.PathLike], *, cpu_only: bool = False, **options) -> llama_cpp.Llama:
+    """llama_cpp.Llama(path, **options), with use_extra_bufts=False where peer_note()
+    says the CPU's extra buffer types are not all allowed (a type that fails the probe
+    would crash llama.cpp's first batch too); cpu_only: with an empty device list, so
+    that llama.cpp computes on the CPU alone (without one it takes every device ggml
+    registered in the process, even at n_gpu_layers=0)."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low_level
+
+    without_extra_bufts = peer_note() is not None
+    if not without_extra_bufts and not cpu_only:
+        return llama_cpp.Llama(str(path), **options)
+    # Llama() has no use_extra_bufts or devices argument (0.3.36): it loads the model
+    # inside its constructor from llama_model_default_params(), so that is where the
+    # fields are set.
+    with _default_params_lock:
+        default_params = low_level.llama_model_default_params
+
+        def adjusted():
+            params = default_params()
+            if without_extra_bufts:
+                params.use_extra_bufts = False
+            if cpu_only:
+                params.devices = ctypes.addressof(_NO_DEVICES)
+            return params
+
+        low_level.llama_model_default_params = adjusted
+        try:
+            llama = llama_cpp.Llama(str(path), **options)
+        finally:
+            low_level.llama_model_default_params = default_params
+    if without_extra_bufts and llama.model_params.use_extra_bufts:
+        llama.close()
+        raise RuntimeError("this llama-cpp-python ignored use_extra_bufts=False; the peer would use unsafe layouts")
+    return llama
 
 
 class LlamaCppPeer:
@@ -56,8 +112,10 @@ class LlamaCppPeer:
         self._llama_cpp = llama_cpp
         # llama.cpp aborts the process on some broken vocabularies: check before it loads
         _core.check_vocabulary(str(self.path))
-        self._llama: Optional[llama_cpp.Llama] = llama_cpp.Llama(
-            str(self.path),
+        # why it runs without the CPU's extra buffer types (None: it uses them)
+        self.extra_bufts_note: Optional[str] = peer_note()
+        self._llama: Optional[llama_cpp.Llama] = load_llama(
+            self.path,
             n_ctx=n_ctx,
             n_threads=n_threads,
             n_threads_batch=n_threads,

@@ -285,3 +285,20 @@ def test_cli_bench_errors_are_one_line(argv, tiny_llama4, tmp_path, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("river-cpp: error:") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("mode", ["none", "all"])
+def test_cli_bench_says_when_llama_cpp_ran_without_extra_buffer_types(tiny_llama4, monkeypatch, capsys, mode):
+    from river_cpp import _core
+    from river_cpp.extra_bufts import ENV
+
+    if not _core.cpu_extra_buffer_types():
+        pytest.skip("this ggml's CPU backend has no extra buffer type to turn off")
+    monkeypatch.setenv(ENV, mode)
+    argv = ["bench", "-m", str(tiny_llama4), "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--river", "none"]
+    assert main(argv + ["--peers", "f16", "--no-memory"]) == 0
+    stdout = capsys.readouterr().out
+    note = "note: llama.cpp ran without extra buffer types (no repacked layouts): "
+    assert (note in stdout) == (mode == "none")
+    if mode == "none":
+        assert f"({ENV}=none)" in stdout
