@@ -128,6 +128,9 @@ class PromptLookupPeer:
             n_threads_batch=n_threads,
             n_batch=512,
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=max_draft),
+            # its loop reads the scores of every drafted position: past n_batch tokens of
+            # context a Llama without logits_all has no row for them
+            logits_all=True,
             verbose=False,
         )
 
