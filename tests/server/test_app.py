@@ -24,6 +24,8 @@ openai = pytest.importorskip("openai")
 from river_cpp import RiverModel  # noqa: E402
 from river_cpp.server import ServerConfig, build, make_server  # noqa: E402
 
+pytestmark = pytest.mark.server
+
 MODEL_ID = "tiny"
 N_CTX = 256
 

@@ -6,6 +6,8 @@ import pytest
 
 from river_cpp.server.config import ServerConfig
 
+pytestmark = pytest.mark.server
+
 
 def test_non_loopback_bind_needs_an_api_key():
     with pytest.raises(ValueError, match="api-key"):

@@ -20,6 +20,8 @@ from river_cpp.server.protocol import (
 )
 from river_cpp.speculative import Speculative
 
+pytestmark = pytest.mark.server
+
 N_LAYER = 4
 
 

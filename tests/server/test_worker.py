@@ -13,6 +13,8 @@ from river_cpp.completions import CANCELLED, ContextOverflowError
 from river_cpp.server.protocol import ParsedRequest
 from river_cpp.server.worker import Job, ModelWorker
 
+pytestmark = pytest.mark.server
+
 WAIT = 10  # seconds before a test gives up on the worker thread
 
 
