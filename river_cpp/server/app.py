@@ -23,7 +23,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from river_cpp.server.config import ServerConfig
-from river_cpp.server.protocol import APIError, busy, check_fits, model_list, parse_json, parse_request, too_large
+from river_cpp.server.protocol import (
+    APIError,
+    busy,
+    check_prompt_fits,
+    model_list,
+    parse_json,
+    parse_request,
+    too_large,
+)
 from river_cpp.server.worker import Job, ModelWorker
 
 # Browser origins allowed by default: pages served from this machine.
@@ -204,7 +212,7 @@ class Server:
             model = self.worker.model
             parsed = parse_request(body, chat=chat, n_layer=model.n_layer, default_speculative=self.config.speculative)
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
-            await asyncio.get_running_loop().run_in_executor(None, check_fits, model, parsed)
+            await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
             if not self.worker.submit(job):
                 raise busy(f"the server is busy ({self.worker.capacity} requests running or queued); retry later")

@@ -14,8 +14,9 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from river_cpp.completions import ContextOverflowError, chat_prompt
-from river_cpp.policy import ExitPolicy
+from river_cpp.completions import chat_prompt
+from river_cpp.context import ContextOverflowError, check_fits
+from river_cpp.policy import exit_policy
 
 RETRY_AFTER_SECONDS = 1
 MAX_STOP_STRINGS = 4
@@ -154,23 +155,17 @@ def _river_options(body: Mapping[str, Any], n_layer: int, default_speculative: A
     unknown = set(river) - set(RIVER_OPTIONS)
     if unknown:
         raise APIError(400, f"unknown river options: {', '.join(sorted(unknown))}", param="river")
-    chosen = [k for k in ("tau", "exit_layer", "policy") if river.get(k) is not None]
-    if len(chosen) > 1:
-        raise APIError(400, "river takes one of tau, exit_layer and policy", param="river")
-    policy: Optional[ExitPolicy] = None
-    if river.get("tau") is not None:
-        tau = _number(river, "tau", None, -1.0, 1.0)
-        min_layer = _integer(river, "min_layer", 2, 0, n_layer)
-        policy = ExitPolicy.uniform(tau, min_layer=min_layer)
-    elif river.get("exit_layer") is not None:
-        policy = ExitPolicy.at_layer(_integer(river, "exit_layer", None, 0, n_layer))
-    elif river.get("policy") is not None:
-        if not isinstance(river["policy"], dict):
-            raise APIError(400, "river.policy must be a policy object (as `river-cpp calibrate` writes)", param="river")
-        try:
-            policy = ExitPolicy.from_json(json.dumps(river["policy"]))
-        except ValueError as error:
-            raise APIError(400, f"river.policy: {error}", param="river") from None
+    if river.get("policy") is not None and not isinstance(river["policy"], dict):
+        raise APIError(400, "river.policy must be a policy object (as `river-cpp calibrate` writes)", param="river")
+    try:
+        policy = exit_policy(
+            tau=_number(river, "tau", None, -1.0, 1.0),
+            exit_layer=_integer(river, "exit_layer", None, 0, n_layer),
+            policy=river.get("policy"),
+            min_layer=_integer(river, "min_layer", 2, 0, n_layer),
+        )
+    except ValueError as error:
+        raise APIError(400, f"river: {error}", param="river") from None
     options: dict[str, Any] = {"policy": policy}
     speculative = river.get("speculative")
     if speculative is None and default_speculative is not None:
@@ -178,6 +173,7 @@ def _river_options(body: Mapping[str, Any], n_layer: int, default_speculative: A
     if speculative is not None:
         if not isinstance(speculative, bool):
             raise APIError(400, "river.speculative must be a boolean", param="river")
+        options["speculative"] = False  # plain decoding, whatever the server's default
         if speculative:
             from river_cpp.speculative import Speculative
 
@@ -313,9 +309,11 @@ def prompt_tokens(model, parsed: ParsedRequest) -> int:
     return len(parsed.prompt)
 
 
-def check_fits(model, parsed: ParsedRequest) -> None:
+def check_prompt_fits(model, parsed: ParsedRequest) -> None:
     """400 context_length_exceeded with the token counts when the prompt leaves no
-    room to generate in the model's context."""
-    n_prompt = prompt_tokens(model, parsed)
-    if n_prompt >= model.n_ctx:
-        raise overflow_error(ContextOverflowError(n_prompt, model.n_ctx), chat=parsed.chat)
+    room to generate in the model's context (river_cpp.context's check, before the
+    request waits in the queue)."""
+    try:
+        check_fits(prompt_tokens(model, parsed), model.n_ctx)
+    except ContextOverflowError as error:
+        raise overflow_error(error, chat=parsed.chat) from None

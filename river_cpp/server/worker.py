@@ -15,7 +15,8 @@ import threading
 from collections import deque
 from typing import Any, Callable, Optional
 
-from river_cpp.completions import CANCELLED, ContextOverflowError
+from river_cpp.completions import CANCELLED
+from river_cpp.context import ContextOverflowError
 from river_cpp.server.config import DEFAULT_QUEUE_SIZE
 from river_cpp.server.protocol import APIError, ParsedRequest, overflow_error
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from river_cpp.completions import ContextOverflowError
+from river_cpp.context import ContextOverflowError
 from river_cpp.policy import ExitPolicy
 from river_cpp.server.protocol import (
     APIError,
     busy,
-    check_fits,
+    check_prompt_fits,
     model_list,
     overflow_error,
     parse_json,
@@ -194,11 +194,11 @@ def test_speculative_from_the_request_or_the_server_default():
         n_layer=N_LAYER,
         default_speculative=default,
     )
-    assert "speculative" not in parsed.options
+    assert parsed.options["speculative"] is False  # plain decoding, overriding the default
     parsed = completion(river={"speculative": True, "exit_layer": 2})
     # River's own exits draft; the answer is the backbone's, so no policy applies to it.
     assert parsed.options["speculative"].draft == ExitPolicy.at_layer(2) and parsed.options["policy"] is None
-    assert completion(river={"speculative": True}).options["speculative"].draft == "river"
+    assert completion(river={"speculative": True}).options["speculative"] == Speculative()  # the default draft
 
 
 # ---------------------------------------------------------------- the prompt against the context
@@ -234,13 +234,13 @@ def test_prompt_tokens_counts_text_chat_and_ids():
 
 
 @pytest.mark.parametrize("is_chat", [False, True])
-def test_check_fits_is_a_400_with_the_token_counts(is_chat):
+def test_check_prompt_fits_is_a_400_with_the_token_counts(is_chat):
     model = WordModel(n_ctx=4)
     fits = chat(messages=[{"role": "user", "content": "a"}]) if is_chat else completion(prompt="a b")
-    check_fits(model, fits)  # 3 tokens of 4: one left to generate
+    check_prompt_fits(model, fits)  # 3 tokens of 4: one left to generate
     full = chat(messages=[{"role": "user", "content": "a b"}]) if is_chat else completion(prompt="a b c")
     with pytest.raises(APIError) as caught:
-        check_fits(model, full)
+        check_prompt_fits(model, full)
     body = caught.value.body()["error"]
     assert caught.value.status == 400 and body["code"] == "context_length_exceeded"
     assert body["prompt_tokens"] == 4 and body["n_ctx"] == 4

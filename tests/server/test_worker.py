@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from river_cpp.completions import CANCELLED, ContextOverflowError
+from river_cpp.completions import CANCELLED
+from river_cpp.context import ContextOverflowError
 from river_cpp.server.protocol import ParsedRequest
 from river_cpp.server.worker import Job, ModelWorker
 
