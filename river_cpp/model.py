@@ -551,3 +551,27 @@ class RiverModel:
         from river_cpp.completions import create_chat_completion
 
         return create_chat_completion(self, messages, **options)
+
+    # ---------------------------------------------------------------- the Hugging Face Hub
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: Optional[str] = None,
+        *,
+        revision: Optional[str] = None,
+        cache_dir: Union[str, os.PathLike, None] = None,
+        **kwargs,
+    ) -> RiverModel:
+        """Load a GGUF from a Hugging Face repository (llama-cpp-python's from_pretrained).
+
+        `filename` is a path in the repository or a glob matching exactly one file,
+        case-insensitive (e.g. "*Q8_0.gguf"; None: the repository's one GGUF). The
+        file is downloaded into huggingface_hub's cache unless it is there already;
+        HF_HUB_OFFLINE=1 reads the cache only. Other keyword arguments go to
+        RiverModel(). Needs the `[hf]` extra; see river_cpp.hub.
+        """
+        from river_cpp.hub import download
+
+        return cls(download(repo_id, filename, revision=revision, cache_dir=cache_dir), **kwargs)

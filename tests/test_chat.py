@@ -37,6 +37,7 @@ def test_a_second_turn_reuses_the_first_turns_prompt(model):
     assert "turns: 2" in session.stats()
 
 
+@pytest.mark.slow
 def test_old_exchanges_are_dropped_to_fit_the_context(model):
     session = ChatSession(model, max_tokens=8, sampling=SamplingParams(temperature=0.0))
     for _ in range(12):
@@ -44,6 +45,7 @@ def test_old_exchanges_are_dropped_to_fit_the_context(model):
     assert turn.dropped_turns >= 1 and turn.prompt_tokens + 8 <= model.n_ctx
 
 
+@pytest.mark.slow
 def test_the_repl_through_a_pipe(tiny_llama4, tmp_path):
     script = (
         "\n".join(

@@ -143,6 +143,7 @@ def test_eval_reads_corpus_files_and_plots_with_bench_speeds(tiny_llama4, tmp_pa
     assert "llama.cpp" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_eval_can_measure_the_speeds_it_plots(tiny_llama4, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install river-cpp[plot])")
     png = tmp_path / "pareto.png"

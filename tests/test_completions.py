@@ -117,6 +117,7 @@ def test_context_overflow_names_the_counts(model):
 # ---------------------------------------------------------------- text and sampling
 
 
+@pytest.mark.slow
 def test_streaming_and_non_streaming_give_the_same_text(model):
     whole = model.create_completion(PROMPT, max_tokens=16, temperature=0)
     chunks = list(

@@ -66,6 +66,7 @@ def readers(quantized_llama, converted_llama) -> tuple[gguf.GGUFReader, gguf.GGU
     return gguf.GGUFReader(quantized_llama), gguf.GGUFReader(converted_llama)
 
 
+@pytest.mark.slow
 def test_tensors_are_dequantized_in_order(readers):
     source, converted = readers
     assert [t.name for t in converted.tensors] == [t.name for t in source.tensors]
@@ -77,6 +78,7 @@ def test_tensors_are_dequantized_in_order(readers):
         assert_converted_tensor(source_tensor, converted_tensor)
 
 
+@pytest.mark.slow
 def test_metadata_is_preserved(readers):
     assert_same_metadata(*readers)
 
@@ -89,6 +91,7 @@ def test_llama_cpp_runs_the_output(quantized_llama, converted_llama):
     assert (converted.argmax(axis=1) == source.argmax(axis=1)).mean() >= 0.8
 
 
+@pytest.mark.slow
 def test_f16_source_gives_identical_llama_cpp_logits(tiny_llama4, tmp_path):
     converted = convert_to_f16(tiny_llama4, tmp_path / "copy.gguf", progress=False)
     np.testing.assert_array_equal(llama_cpp_logits(converted), llama_cpp_logits(tiny_llama4))
@@ -133,7 +136,7 @@ def test_missing_source(tmp_path):
         convert_to_f16(tmp_path / "missing.gguf", tmp_path / "out.gguf")
 
 
-@pytest.mark.parametrize("broken", ["not_a_gguf", "truncated_gguf"])
+@pytest.mark.parametrize("broken", ["not_a_gguf", pytest.param("truncated_gguf", marks=pytest.mark.slow)])
 def test_unreadable_source(broken, request, tmp_path):
     source = request.getfixturevalue(broken)
     with pytest.raises(ValueError, match="not a readable GGUF file"):

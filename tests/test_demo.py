@@ -98,6 +98,8 @@ def test_demo_model_path_without_the_package(monkeypatch):
         demo.demo_model_path()
 
 
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_real_demo_backbone(demo_model, demo_backbone):
     assert demo_model.name == demo.DEMO_MODEL_FILE
     source, backbone = gguf.GGUFReader(demo_model), gguf.GGUFReader(demo_backbone)

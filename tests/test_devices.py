@@ -144,7 +144,7 @@ def vulkan_device(monkeypatch) -> Offload:
     return Offload("vulkan", logit_atol=VULKAN_LOGIT_ATOL, river_atol=VULKAN_RIVER_LOGIT_ATOL)
 
 
-@pytest.fixture(params=["rpc", "vulkan"])
+@pytest.fixture(params=[pytest.param("rpc", marks=pytest.mark.rpc), "vulkan"])
 def device(request) -> Offload:
     """Each second device in turn: the RPC server's, then Vulkan0."""
     if request.param == "rpc":
@@ -177,6 +177,7 @@ def assert_same_tokens(host: RiverModel, ids: list[int], expected: list[int], go
 
 
 @pytest.mark.parametrize("n_gpu_layers", [-1, 2])
+@pytest.mark.slow
 def test_placement_computes_what_the_host_computes(tiny_llama4, device, n_gpu_layers):
     """Whole-model offload and a split, on F16: the backbone and the river routes."""
     with (
@@ -206,6 +207,8 @@ def test_placement_computes_what_the_host_computes(tiny_llama4, device, n_gpu_la
         assert_same_tokens(host, ids, _greedy(host, ids, 32), _greedy(remote, ids, 32), device.river_atol)
 
 
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_split_with_exits_and_speculation(demo_backbone, device, monkeypatch):
     """The river and its head on the device, backbone layers from 10 on the host; tau
     exits at mixed per-token depths, and lossless River's greedy identity."""
@@ -242,6 +245,7 @@ def test_split_with_exits_and_speculation(demo_backbone, device, monkeypatch):
 
 
 @pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.slow
 def test_static_split_equals_llama_cpp_hybrid(tiny_llama4, device, k, tmp_path):
     """Every token exits at k, with layer 0 on the device: what llama.cpp computes for
     the hybrid file (backbone below k, river from k), run on the same device (the CPU
@@ -312,6 +316,7 @@ def test_graph_reuse_past_256_positions_on_the_device(tiny_llama4, device):
         assert fresh.engine.graph_stats["reuses"] == 0 and reused.engine.graph_stats["reuses"] > 5
 
 
+@pytest.mark.rpc
 def test_placement_within_a_memory_budget(tiny_llama4, rpc_server, monkeypatch):
     """The plan is followed when a device's memory allows only part of the model."""
     import river_cpp.placement as placement_module
@@ -336,6 +341,7 @@ def test_placement_within_a_memory_budget(tiny_llama4, rpc_server, monkeypatch):
         assert sizes["kv_cache"] + sum(sizes["river_layers"]) <= model.engine.placed_bytes()[rpc] <= planned
 
 
+@pytest.mark.rpc
 def test_rpc_server_refuses_a_public_address_without_allow_remote(capsys):
     from river_cpp.cli import main
 
@@ -343,6 +349,7 @@ def test_rpc_server_refuses_a_public_address_without_allow_remote(capsys):
     assert "no authentication" in capsys.readouterr().err
 
 
+@pytest.mark.rpc
 def test_unreachable_rpc_server_and_bad_n_gpu_layers(tiny_llama4):
     _require_rpc()
     with socket.socket() as s:
@@ -421,6 +428,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.rpc
 def test_a_server_that_goes_away(tiny_llama4):
     """A forward on a model whose server went away raises RiverError naming the
     server, closing returns at once, and the process goes on: the server's endpoint

@@ -32,9 +32,10 @@ def our_logits_and_greedy(path, ids, n_tokens):
         "tiny_llama3",
         "tiny_mistral",
         "tiny_gemma3",
-        "demo_backbone",
+        pytest.param("demo_backbone", marks=pytest.mark.real_model),
     ],
 )
+@pytest.mark.slow
 def test_parity_with_llama_cpp(fixture, request):
     path = request.getfixturevalue(fixture)
     ids = llama_cpp.Llama(str(path), vocab_only=True, verbose=False).tokenize(PROMPT.encode())
@@ -48,6 +49,8 @@ def test_parity_with_llama_cpp(fixture, request):
 
 
 @pytest.mark.parametrize("fixture", ["qwen05_backbone", "gemma270_backbone"])
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_real_model_parity(fixture, request):
     """Prompt logits, and decode steps along llama.cpp's greedy path, of real releases."""
     path = request.getfixturevalue(fixture)
@@ -105,6 +108,7 @@ def test_reused_graphs_equal_fresh_ones_across_growing_n_kv(tiny_llama4, river, 
         assert stats["reuses"] > 5 * stats["builds"]
 
 
+@pytest.mark.real_model
 def test_host_matrices_are_repacked(demo_backbone, monkeypatch):
     """The CPU's faster layouts are used for the matrices that stay in the mapped
     files: when they were silently skipped, Q4_0 decode fell to 0.73x llama.cpp's."""

@@ -277,6 +277,7 @@ def test_end_of_generation_token_ends_without_text():
     assert reason == "stop"
 
 
+@pytest.mark.slow
 def test_generation_records_each_tokens_exit_layer(tiny_llama4, river_cache):
     from river_cpp import ExitPolicy, RiverModel
 

@@ -50,7 +50,10 @@ def test_small_gguf_matches_reader(small_gguf, max_array):
     assert info.tensor("nope") is None
 
 
-@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_gemma3", "demo_model"])
+@pytest.mark.parametrize(
+    "fixture", ["tiny_llama", "tiny_gemma3", pytest.param("demo_model", marks=pytest.mark.real_model)]
+)
+@pytest.mark.slow
 def test_models_match_reader(fixture, request):
     path = request.getfixturevalue(fixture)
     info = GgufInfo.read(path)
@@ -61,12 +64,14 @@ def test_models_match_reader(fixture, request):
     assert info.tensor_bytes == sum(t.n_bytes for t in gguf.GGUFReader(path).tensors)
 
 
+@pytest.mark.slow
 def test_full_vocabulary_on_request(tiny_llama):
     info = GgufInfo.read(tiny_llama, max_array=None)
     tokens = gguf.GGUFReader(tiny_llama).fields["tokenizer.ggml.tokens"].contents()
     assert info.metadata["tokenizer.ggml.tokens"] == tokens
 
 
+@pytest.mark.real_model
 def test_fast_on_the_demo_backbone(demo_backbone):
     # the header only: a few ms whatever the file size (the F16 demo backbone is 270 MB)
     _core.gguf_info(str(demo_backbone))

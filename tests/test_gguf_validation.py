@@ -339,6 +339,7 @@ def test_wrong_shape(base, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_extra_dimension(base, tmp_path):
     """A norm stored as [64, 2] would be read as its first 64 values: refused."""
     path, _ = base

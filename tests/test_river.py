@@ -40,6 +40,7 @@ SPLITS = [("tiny_llama4", k) for k in (0, 1, 2)] + [
 
 
 @pytest.mark.parametrize("fixture, k", SPLITS)
+@pytest.mark.slow
 def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
     backbone = request.getfixturevalue(fixture)
     with RiverModel(backbone, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=128) as model:
@@ -59,6 +60,8 @@ def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
 
 
 @pytest.mark.parametrize("fixture, k", [("demo_backbone", 15), ("qwen05_backbone", 12), ("gemma270_backbone", 9)])
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR")  # real rivers live in the user cache
     backbone = request.getfixturevalue(fixture)
@@ -82,6 +85,7 @@ def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
     theirs.assert_decode_matches(decode, tolerance, min_decided=8)
 
 
+@pytest.mark.slow
 def test_mixed_exits_fill_cache_with_each_tokens_weights(tiny_llama4):
     """Every (position, layer) slot holds the K/V of the weight set that token used."""
     prompt_depth, decode_depths = 2, [0, 3, 1, 4, 2, 0, 4, 1]
@@ -119,6 +123,8 @@ def relative_row_error(got: np.ndarray, want: list[np.ndarray]) -> np.ndarray:
     return np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)
 
 
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_similarity_exits_replay_as_forced_route(demo_backbone, monkeypatch):
     """Token-level exits chosen by similarity equal the same depths forced token by token."""
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR")
@@ -146,6 +152,8 @@ def test_similarity_exits_replay_as_forced_route(demo_backbone, monkeypatch):
 
 
 @pytest.mark.parametrize("head", ["q4_0", False])
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_exit_vocab_scores_a_prefix_of_the_vocabulary(demo_backbone, monkeypatch, head):
     """Exited tokens with exit_vocab K: the first K logits are the full head's, bit for
     bit, the rest -inf; backbone tokens keep the whole vocabulary. K is not a multiple
@@ -172,6 +180,7 @@ def test_exit_vocab_scores_a_prefix_of_the_vocabulary(demo_backbone, monkeypatch
 
 
 @pytest.mark.parametrize("signal", ["cosine", "update_norm"])
+@pytest.mark.slow
 def test_state_signal_matches_numpy(tiny_llama4, signal):
     """The signal the engine compares with the thresholds, recomputed from numpy states."""
     # a threshold no signal reaches: every depth is checked and none exits
@@ -235,6 +244,7 @@ def test_unusable_river_types_raise(tiny_llama, name, message):
         RiverModel(tiny_llama, river=name)
 
 
+@pytest.mark.slow
 def test_per_layer_river_types_and_backbone_tail(tiny_llama4):
     with RiverModel(
         tiny_llama4, river="q4_0", river_types={2: "q8_0"}, tail_layers=1, policy=ExitPolicy.at_layer(1), n_ctx=64

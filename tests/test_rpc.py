@@ -11,6 +11,8 @@ import pytest
 from river_cpp import _core, rpc
 from river_cpp.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
 
+pytestmark = pytest.mark.rpc
+
 
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):

@@ -130,6 +130,8 @@ def test_the_model_drafting_for_itself_accepts_everything(tiny_llama):
     assert stats.accepted >= stats.drafted - 1  # a batch-vs-single near-tie at most
 
 
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_real_model_greedy_identity(demo_backbone, river_cache):
     """The demo model with a Q8_0 and a Q4_0 river (a Q8_0 head) drafting, at a fixed
     length (the adaptive one rightly drafts little on this model)."""
@@ -223,6 +225,7 @@ def _exact_joint(model: RiverModel, prompt_ids: list[int]) -> dict:
 
 
 @pytest.mark.parametrize("draft_kind", ["river", "river-small-vocab", "other-model", "ngram"])
+@pytest.mark.slow
 def test_sampled_tokens_follow_the_backbones_distribution(model, make_tiny_gguf, draft_kind):
     """2000 seeded speculative samples of (t1, t2): t2 comes out of a kept draft or its
     replacement. Chi-square at 0.999 against the backbone's exact joint distribution;

@@ -7,6 +7,8 @@ import pytest
 
 from river_cpp.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.real_model  # the demo model's tokenizer
+
 TEXTS = ["Hello world", "naïve café — 3.14 €", "<|im_start|>user\nhi<|im_end|>\n", "  leading spaces\n\ttabs"]
 
 

@@ -1,5 +1,5 @@
-"""Helpers several subcommands share: the default model, list options, layer counts,
-the lossless-River options."""
+"""Helpers several subcommands share: the model to load (a path, -hf, or the demo
+model), list options, layer counts, the lossless-River options."""
 
 from __future__ import annotations
 
@@ -8,8 +8,29 @@ import os
 from typing import Optional, Sequence
 
 
-def model_path(given: Optional[str]) -> str:
-    """--model's value, or the demo backbone (F16) when it is not given."""
+def add_hf_argument(p: argparse.ArgumentParser) -> None:
+    """-hf REPO[:QUANT], llama.cpp's option: a GGUF from the Hugging Face Hub instead of --model."""
+    p.add_argument(
+        "-hf",
+        "--hf-repo",
+        metavar="REPO[:QUANT]",
+        help="a GGUF from the Hugging Face Hub, through its local cache (HF_HUB_OFFLINE=1: the cache only):"
+        " the file whose name contains QUANT (e.g. Q8_0), or the repository's one GGUF (pip install 'river-cpp[hf]')",
+    )
+
+
+def model_path(given: Optional[str], hf_repo: Optional[str] = None) -> str:
+    """--model's value, the file -hf names (downloaded unless cached), or the demo
+    backbone (F16) when neither is given."""
+    if hf_repo is not None:
+        if given is not None:
+            raise ValueError("give --model or -hf, not both")
+        from river_cpp.hub import download_spec
+
+        try:
+            return str(download_spec(hf_repo))
+        except ImportError as error:  # huggingface_hub is not installed
+            raise ValueError(str(error)) from None
     if given is not None:
         return given
     from river_cpp.demo import demo_backbone_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from river_cpp.cli._common import model_path
+from river_cpp.cli._common import add_hf_argument, model_path
 from river_cpp.cli.generate import add_model_arguments, add_speculative_arguments, open_model, speculative
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
@@ -18,7 +18,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--api-key", metavar="KEY", help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE} if set)"
     )
-    p.add_argument("--alias", metavar="NAME", help="the model's id in the API (default: the file name)")
+    p.add_argument(
+        "--alias",
+        metavar="NAME",
+        help="the model's id in /v1/models and in answers (default: the file name); a request naming any"
+        " other model is served by this one",
+    )
     # Defaults are ServerConfig's (not imported here: the server extra may be missing).
     p.add_argument(
         "--queue", type=int, metavar="N", help="requests that may wait while one runs; more get 503 (default 8)"
@@ -39,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--insecure", action="store_true", help="allow binding a non-loopback address without --api-key")
     add_model_arguments(p)
+    add_hf_argument(p)
     add_speculative_arguments(p)  # the default of requests whose river field does not say
     p.set_defaults(run=run)
 
@@ -60,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
         **{name: value for name, value in limits.items() if value is not None},
     )
     config.check()  # before loading anything
-    path = model_path(args.model)
+    path = model_path(args.model, args.hf_repo)
     model_id = args.alias or os.path.basename(path)
-    args.model = path
+    args.model, args.hf_repo = path, None  # open_model loads the file -hf resolved to
     serve(lambda: open_model(args), config, model_id)
     return 0

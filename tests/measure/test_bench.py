@@ -24,6 +24,7 @@ pytestmark = pytest.mark.usefixtures("river_cache")  # rivers and ladder rungs o
 TINY = dict(n_prompt=8, n_gen=4, repeats=2, n_threads=1, progress=False)
 
 
+@pytest.mark.slow
 def test_measure_end_to_end(tiny_llama4):
     configs = default_configs([0.5])  # backbone, river tau=0.5, full river q4_0
     report = measure(tiny_llama4, configs, ["F16", "Q8_0", "Q4_0"], **TINY)
@@ -115,6 +116,7 @@ def test_bad_parameters(tiny_llama4, options, error):
         measure(tiny_llama4, options.pop("configs"), options.pop("peers"), **options)
 
 
+@pytest.mark.slow
 def test_gguf_tensor_bytes_agrees_with_gguf_py(tiny_llama4):
     reader = gguf.GGUFReader(tiny_llama4)
     assert gguf_tensor_bytes(tiny_llama4) == sum(int(t.n_bytes) for t in reader.tensors)

@@ -72,6 +72,7 @@ def tiny_work(tiny_llama4) -> Workload:
     return Workload(chunks, 8, [], 1)
 
 
+@pytest.mark.slow
 def test_calibrated_policy_meets_its_target_on_the_calibration_set(tiny_llama4, tiny_work):
     target = Target(top1=0.8)
     with RiverModel(tiny_llama4, river="q4_0", n_ctx=64) as model:
@@ -87,6 +88,7 @@ def test_calibrated_policy_meets_its_target_on_the_calibration_set(tiny_llama4, 
     assert exits.mean() == pytest.approx(result.chosen.mean_exit)
 
 
+@pytest.mark.slow
 def test_calibrate_command_writes_a_policy_generate_accepts(tiny_llama4, tmp_path, capsys):
     corpus = tmp_path / "one.txt"  # one.txt and two.txt fall on different sides of the split
     corpus.write_text("A river carries water from the hills to the sea. " * 40)

@@ -127,6 +127,7 @@ def test_teacher_forced_backbone_against_itself(tiny_llama4, river_cache):
         assert QualityReport.compare(reference.logits, river.logits).mean_kl > 0
 
 
+@pytest.mark.slow
 def test_greedy_tokens_before_step_sets_each_steps_policy(tiny_llama4, river_cache):
     with RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.never(), n_ctx=64) as model:
         prompt = model.tokenize("Hello there")

@@ -21,6 +21,7 @@ def _layer(sizes: dict[str, int], layer: int) -> int:
     return sum(sizes[f"blk.{layer}.{m}.weight"] for m in matrices)
 
 
+@pytest.mark.slow
 def test_bytes_follow_the_route_of_each_token(tiny_llama4):
     with RiverModel(tiny_llama4, river="q4_0", n_ctx=16) as model:
         river_path = model.river_path
@@ -45,6 +46,7 @@ def test_bytes_follow_the_route_of_each_token(tiny_llama4):
     assert list(tail) == [r[0] + r[1] + b[2] + b[3] + head, sum(b) + head, sum(b) + head]
 
 
+@pytest.mark.slow
 def test_tied_head_is_the_embedding_and_exits_need_a_river(tiny_llama):
     sizes = _sizes(tiny_llama)
     weights = WeightBytes.of_files(tiny_llama)
