@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Optional, Union
 
-from river_cpp.cli._common import add_speculative_arguments, model_path, speculative
+from river_cpp.cli._common import add_hf_argument, add_speculative_arguments, model_path, speculative
 from river_cpp.policy import ExitPolicy, exit_policy
 from river_cpp.presets import DEFAULT, PRESETS, Preset, preset
 from river_cpp.sampling import SamplingParams
@@ -67,6 +67,7 @@ def sampling(args: argparse.Namespace) -> SamplingParams:
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """--model, --threads, --n-ctx and the river options (generate, chat, serve)."""
     p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
+    add_hf_argument(p)
     p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
     p.add_argument("--verbose", "-v", action="store_true", help="print where each layer lives and the engine's log")
@@ -146,7 +147,7 @@ def open_model(args: argparse.Namespace, **options):
     river = None if river.lower() == "none" else river
     lossy = _lossy_policy(args, chosen)
     return RiverModel(
-        model_path(args.model),
+        model_path(args.model, args.hf_repo),
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         seed=getattr(args, "seed", None),

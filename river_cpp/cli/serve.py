@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from river_cpp.cli._common import add_hf_argument, model_path
+from river_cpp.cli._common import model_path
 from river_cpp.cli.generate import add_model_arguments, add_speculative_arguments, open_model, speculative
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
@@ -44,7 +44,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--insecure", action="store_true", help="allow binding a non-loopback address without --api-key")
     add_model_arguments(p)
-    add_hf_argument(p)
     add_speculative_arguments(p)  # the default of requests whose river field does not say
     p.set_defaults(run=run)
 

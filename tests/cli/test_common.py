@@ -38,3 +38,11 @@ def test_serve_reports_an_hf_file_it_cannot_find_before_serving(cached_repo, cap
     assert main(["serve", "-hf", f"{REPO}:Q4_K_M", "--port", "1"]) == 1
     error = capsys.readouterr().err
     assert "no file" in error and "tiny-F32.gguf" in error  # it lists what there is
+
+
+def test_generate_runs_the_hf_file(cached_repo, capsys):
+    argv = ["generate", "The river", "-n", "4", "-t", "1", "--n-ctx", "64", "--river", "none"]
+    assert main([*argv, "-hf", REPO]) == 0
+    from_hub = capsys.readouterr().out
+    assert main([*argv, "--model", str(cached_repo)]) == 0
+    assert capsys.readouterr().out == from_hub  # greedy: the same text from the same file
