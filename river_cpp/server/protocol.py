@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Union
 from river_cpp.completions import chat_prompt
 from river_cpp.context import ContextOverflowError, check_fits
 from river_cpp.policy import exit_policy
+from river_cpp.sampling import SamplingParams
 
 RETRY_AFTER_SECONDS = 1
 MAX_STOP_STRINGS = 4
@@ -201,7 +202,8 @@ def _unsupported(body: Mapping[str, Any]) -> None:
 
 
 def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
-    """Sampling options shared by both endpoints (llama-server's defaults)."""
+    """max_tokens and the SamplingParams of a request, shared by both endpoints
+    (llama-server's defaults)."""
     max_tokens = _integer(
         body,
         "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
@@ -210,16 +212,16 @@ def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
         1 << 30,
     )
     seed = _integer(body, "seed", None, -(1 << 63), (1 << 64) - 1)
-    options = {
-        "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 0.8, 0.0, 2.0),
-        "top_p": _number(body, "top_p", 0.95, 0.0, 1.0),
-        "top_k": _integer(body, "top_k", 40, 0, 1 << 30),
-        "min_p": _number(body, "min_p", 0.05, 0.0, 1.0),
-        "repeat_penalty": _number(body, "repeat_penalty", 1.0, 0.0, 10.0, low_open=True),
-        "seed": None if seed is None else seed % (1 << 64),
-        "stop": _stop(body),
-    }
+    sampling = SamplingParams(
+        temperature=_number(body, "temperature", 0.8, 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.95, 0.0, 1.0),
+        top_k=_integer(body, "top_k", 40, 0, 1 << 30),
+        min_p=_number(body, "min_p", 0.05, 0.0, 1.0),
+        repeat_penalty=_number(body, "repeat_penalty", 1.0, 0.0, 10.0, low_open=True),
+        seed=None if seed is None else seed % (1 << 64),
+        stop=tuple(_stop(body) or ()),
+    )
+    options = {"max_tokens": max_tokens, "sampling": sampling}
     stream = _boolean(body, "stream", False)
     stream_options = body.get("stream_options")
     if stream_options is not None:

@@ -121,9 +121,10 @@ def test_valid_fields_reach_the_options():
     )
     assert not parsed.chat and parsed.prompt == "x" and not parsed.stream
     options = parsed.options
-    assert (options["temperature"], options["top_p"], options["top_k"], options["min_p"]) == (0.0, 0.5, 3, 0.1)
-    assert options["repeat_penalty"] == 1.1 and options["max_tokens"] == 7 and options["stop"] == ["\n"]
-    assert options["seed"] == (1 << 64) - 1  # a negative seed wraps as llama.cpp's uint32/64 would
+    sampling = options["sampling"]
+    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p) == (0.0, 0.5, 3, 0.1)
+    assert sampling.repeat_penalty == 1.1 and options["max_tokens"] == 7 and sampling.stop == ("\n",)
+    assert sampling.seed == (1 << 64) - 1  # a negative seed wraps as llama.cpp's uint32/64 would
 
 
 def test_a_batch_of_one_prompt_and_token_ids():
