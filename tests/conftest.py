@@ -19,6 +19,7 @@ import pytest
 from gguf_files import add_fields, write_and_close
 
 import river_cpp.measure.llama_peer
+import river_cpp.model
 import river_cpp.placement
 from river_cpp import _core
 from river_cpp.backbones import f16_backbone_path
@@ -47,17 +48,14 @@ def host_offload_devices(rpc_servers=()) -> list[river_cpp.placement.Device]:
     return [d for d in river_cpp.placement.offload_devices(rpc_servers) if not d.name.startswith("Vulkan")]
 
 
-@pytest.fixture(autouse=True)
-def _vulkan_hidden(monkeypatch) -> None:
-    """Models offload to Vulkan only in tests that ask for it (the vulkan_device fixture)."""
-    monkeypatch.setattr("river_cpp.model.offload_devices", host_offload_devices)
-
+# Models offload to Vulkan only in tests that ask for it (the vulkan_device fixture puts
+# the real offload_devices back for its test). For the whole session, not per test:
+# module-scoped fixtures load their models before a per-test patch would apply.
+river_cpp.model.offload_devices = host_offload_devices
 
 # llama.cpp peers (bench, eval, the comparison's rows) take every device ggml registered,
 # the tests' Vulkan device too, even at n_gpu_layers=0; in the tests they are CPU
-# references, and module-scoped fixtures load them before a per-test patch applies, so
-# this one is for the whole session. llama.cpp on Vulkan0 runs in a subprocess
-# (llama_run.py).
+# references. llama.cpp on Vulkan0 runs in a subprocess (llama_run.py).
 river_cpp.measure.llama_peer.load_llama = functools.partial(river_cpp.measure.llama_peer.load_llama, cpu_only=True)
 
 
