@@ -69,7 +69,8 @@ from river_cpp.measure.bench.report import (
     BenchRow,
 )
 from river_cpp.measure.bench.rss import max_rss_bytes
-from river_cpp.measure.bench.runners import DEFAULT_PEERS, bench_tokens, default_configs, gguf_tensor_bytes, measure
+from river_cpp.measure.bench.runners import DEFAULT_PEERS, bench_tokens, default_configs, gguf_tensor_bytes
+from river_cpp.measure.bench.session import measure
 
 __all__ = [
     "BACKBONE_RUNG",

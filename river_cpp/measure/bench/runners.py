@@ -1,17 +1,16 @@
 """Running the bench: configurations and peers loaded side by side, timed interleaved.
 
 Owns what runs (our configurations as RiverModels, llama.cpp peers as
-LlamaCppPeers), the fixed token sequence they are fed and the round-robin schedule.
-Every test runs the one decode loop, river_cpp.generation.generate_step, with a
-sampler that forces the sequence's tokens. The report lives in .report, the
-peak-RSS child in .rss.
+LlamaCppPeers) and the fixed token sequence they are fed. Every test runs the one
+decode loop, river_cpp.generation.generate_step, with a sampler that forces the
+sequence's tokens. The round-robin session lives in .session, the report in .report,
+the peak-RSS child in .rss.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 from river_cpp.generation import generate_step
 from river_cpp.gguf_info import read_gguf_info
 from river_cpp.language_model import LanguageModel
-from river_cpp.measure.bench.report import BACKBONE_RUNG, LLAMA_ENGINE, RIVER_ENGINE, TG_CONTEXT, BenchReport, BenchRow
+from river_cpp.measure.bench.report import BACKBONE_RUNG, LLAMA_ENGINE, RIVER_ENGINE
 from river_cpp.measure.configs import RiverConfig, backbone_config, full_river, peer_name, river_at_tau
 from river_cpp.measure.evaluate import ForcedTokens
 from river_cpp.measure.ladder import LADDER_TYPES, rung_path
@@ -51,127 +50,6 @@ def default_configs(
 
 
 # ---------------------------------------------------------------- measure
-
-
-def measure(
-    backbone: Union[str, os.PathLike],
-    configs: Sequence[RiverConfig],
-    peers: Sequence[str] = DEFAULT_PEERS,
-    *,
-    n_prompt: int = 512,
-    n_gen: int = 128,
-    repeats: int = 5,
-    n_threads: Optional[int] = None,
-    memory: bool = True,
-    progress: bool = True,
-    n_gpu_layers: int = -1,
-) -> BenchReport:
-    """Prefill and decode tokens/s of each configuration and llama.cpp peer, interleaved.
-
-    backbone: the GGUF file every configuration and peer derives from.
-    configs: our configurations (RiverConfig), each a row named config.name.
-    peers: llama.cpp rungs, rows named peer_name(rung): BACKBONE_RUNG ("F16") is the
-        backbone file itself, the others LADDER_TYPES keys (quantized once, cached).
-    n_prompt / n_gen: tokens of the ppN / tgN tests; 0 skips that test.
-    repeats: timed repetitions of every test (after one warm-up).
-    n_threads: threads for ours and llama.cpp alike (default: all cores).
-    memory: also measure each configuration's peak RSS in a fresh process.
-    n_gpu_layers: offloaded layers, ours and llama.cpp's alike (see RiverModel).
-    """
-    from tqdm import tqdm
-
-    from river_cpp.measure.bench.rss import probe_peak_rss
-    from river_cpp.model import default_n_threads
-
-    n_prompt, n_gen = _count("n_prompt", n_prompt), _count("n_gen", n_gen)
-    if n_prompt == 0 and n_gen == 0:
-        raise ValueError("n_prompt and n_gen are both 0: nothing to measure")
-    repeats = _count("repeats", repeats, minimum=1)
-    n_threads = default_n_threads() if n_threads is None else _count("n_threads", n_threads, minimum=1)
-    targets = _targets(Path(backbone), configs, peers)
-    tests = [("pp", n_prompt)] * (n_prompt > 0) + [("tg", n_gen)] * (n_gen > 0)
-    # + 1: generate_step stops when the cache is full, and the last timed step fills it
-    n_ctx = max(n_prompt, TG_CONTEXT + n_gen) + 1
-    ids = bench_tokens(backbone, n_ctx)  # the peers are quantized from it: one vocabulary
-    work = Work(prompt=ids[:n_prompt], context=ids[:TG_CONTEXT], decode=ids[TG_CONTEXT : TG_CONTEXT + n_gen])
-
-    runners: list[Runner] = []
-    try:
-        for target in tqdm(targets, desc="loading", unit="model", disable=not progress, leave=False):
-            runners.append(
-                open_runner(target, n_ctx=n_ctx, n_threads=n_threads, progress=progress, n_gpu_layers=n_gpu_layers)
-            )
-        samples: dict[tuple[str, str], list[float]] = {(t.name, kind): [] for t in targets for kind, _ in tests}
-        exits: dict[tuple[str, str], Optional[float]] = {}
-        schedule = [(None, runner, kind) for runner in runners for kind, _ in tests]  # None: warm-up
-        schedule += [(rep, runner, kind) for rep in range(repeats) for runner in runners for kind, _ in tests]
-        with tqdm(schedule, desc="bench", unit="run", disable=not progress) as bar:
-            for rep, runner, kind in bar:
-                bar.set_postfix_str(f"{runner.target.name} {kind}" + (" warm-up" if rep is None else ""))
-                tok_s, mean_exit = runner.run(kind, work)
-                if rep is None:
-                    exits[(runner.target.name, kind)] = mean_exit
-                else:
-                    samples[(runner.target.name, kind)].append(tok_s)
-        sizes = {runner.target.name: runner.size_bytes() for runner in runners}
-        n_layer = next((r.model.n_layer for r in runners if r.target.engine == RIVER_ENGINE), None)
-    finally:
-        for runner in runners:
-            runner.close()
-
-    load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    peaks: dict[str, Optional[int]] = {t.name: None for t in targets}
-    baseline: Optional[int] = None
-    if memory:
-        baselines = []
-        for target in tqdm(targets, desc="peak RSS", unit="process", disable=not progress):
-            baseline_bytes, peaks[target.name] = probe_peak_rss(target, n_ctx=n_ctx, n_threads=n_threads, work=work)
-            baselines.append(baseline_bytes)
-        baseline = int(statistics.median(baselines))
-
-    counts = dict(tests)
-    rows = [
-        BenchRow(
-            config=t.name,
-            engine=t.engine,
-            test=f"{kind}{counts[kind]}",
-            n_tokens=counts[kind],
-            size_bytes=sizes[t.name],
-            samples=tuple(samples[(t.name, kind)]),
-            mean_exit_layer=exits[(t.name, kind)],
-            peak_rss_bytes=peaks[t.name],
-        )
-        for t in targets
-        for kind, _ in tests
-    ]
-    return BenchReport(
-        model=str(backbone),
-        n_prompt=n_prompt,
-        n_gen=n_gen,
-        repetitions=repeats,
-        n_threads=n_threads,
-        n_ctx=n_ctx,
-        rows=rows,
-        n_layer=n_layer,
-        load_average=load_average,
-        rss_baseline_bytes=baseline,
-        versions=_versions(),
-    )
-
-
-def _count(name: str, value: object, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive" if minimum == 1 else "a non-negative"
-        raise ValueError(f"{name} must be {kind} integer, got {value!r}")
-    return int(value)
-
-
-def _versions() -> dict[str, str]:
-    import llama_cpp
-
-    import river_cpp
-
-    return {"river_cpp": river_cpp.__version__, "llama_cpp_python": llama_cpp.__version__}
 
 
 def gguf_tensor_bytes(path: Union[str, os.PathLike]) -> int:
