@@ -159,9 +159,9 @@ class RiverModel:
         self.verbose = verbose
         n_threads = default_n_threads() if n_threads is None else _positive_int("n_threads", n_threads)
         connect_rpc_servers(rpc_servers)
+        # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.
         set_ggml_verbosity(verbose)
-        if verbose:
-            _core.set_log_sink(lambda level, message: print(f"river-cpp: {message}"))
+        _core.set_log_sink((lambda level, message: print(f"river-cpp: {message}")) if verbose else None)
         # the CPU's extra buffer types that proved to work here (RIVER_CPP_EXTRA_BUFTS)
         self.extra_bufts: ExtraBufts = extra_bufts()
         self._engine: Optional[_core.Engine] = _core.Engine(
