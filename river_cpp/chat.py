@@ -111,7 +111,7 @@ class ChatSession:
         """How the next turn decodes: exact (drafted or not) or the lossy policy."""
         model = self.model
         policy = self.policy if self.policy is not None else model.policy
-        if self.policy is None and (self.speculative or (self.speculative is None and model.speculative)):
+        if model.speculative_for(self.policy, self.speculative):
             return "the backbone's own tokens, drafted (lossless)"
         if not policy.exits(model.n_layer):
             return "the backbone's own tokens"

@@ -505,7 +505,7 @@ class RiverModel:
         is exhausted or closed), so other threads' calls wait their turn.
         """
         chunks = stream_generate(
-            self, prompt, policy=policy, speculative=self._speculative(policy, speculative), **options
+            self, prompt, policy=policy, speculative=self.speculative_for(policy, speculative), **options
         )
         locked = GenerationStream(self._locked(chunks))
         if stream:
@@ -514,8 +514,9 @@ class RiverModel:
             pass
         return locked.result
 
-    def _speculative(self, policy: Optional[ExitPolicy], speculative: SpeculativeOption) -> SpeculativeOption:
-        """A call's draft: its own, else the model's unless the call asks for a lossy policy."""
+    def speculative_for(self, policy: Optional[ExitPolicy], speculative: SpeculativeOption) -> SpeculativeOption:
+        """The draft of a call with these options: its own, else the model's unless the
+        call asks for a lossy policy (falsy: the call decodes plainly)."""
         if speculative is None:
             return self.speculative if policy is None else None
         return speculative
@@ -525,7 +526,7 @@ class RiverModel:
     ) -> int:
         """How many leading `ids` a generate() call with these options would reuse from
         the cache (the prompt cache's hits)."""
-        if self._speculative(policy, speculative):
+        if self.speculative_for(policy, speculative):
             return self.cached_prefix(ids, route="backbone")  # a speculative prompt runs the backbone
         return self.cached_prefix(ids, route="prompt", policy=policy)
 
