@@ -125,6 +125,36 @@ class Costs:
         return float(self.rng.choice(self.verify_1)) * self.ratio[min(n, max(self.ratio))]
 
 
+def river_round(
+    runs: list[int],
+    ngrams: Optional[list[tuple[str, int, int]]],
+    p: int,
+    k: int,
+    length: DraftLength,
+    copies: bool,
+) -> tuple[int, list[tuple[str, int]]]:
+    """(accepted, spans) of a river round of k drafts from position p, copying n-gram
+    matches midway where `length` says it pays (as RiverDraft does, when `copies`).
+    While every draft so far is accepted, the drafts are the backbone's tokens, so the
+    recorded run and offer at the current position hold; after a rejection nothing
+    more is accepted and the rest is drafted by the river (the costlier guess)."""
+    accepted, spans, d, ok = 0, [], 0, True
+    while d < k:
+        source, n, run = ngrams[p + d] if ngrams is not None else ("", 0, 0)
+        n = min(n, k - d)
+        if copies and ok and d and n and length.copy_pays(source, n):
+            spans.append((source, n))
+            ok = run >= n
+            accepted += min(run, n)
+            d += n
+            continue
+        spans.append(("river", 1))
+        ok = ok and runs[p + d] >= 1
+        accepted += ok
+        d += 1
+    return accepted, spans
+
+
 def replay(
     trace: dict,
     costs: Costs,
@@ -135,25 +165,30 @@ def replay(
 ) -> tuple[int, float]:
     """Tokens and seconds of decoding every prompt of `trace` with `length` choosing each
     round's source and draft length (or always `fixed` river tokens); `ngrams`: each
-    prompt's n-gram offers (ngram_offers), `river`: whether the river is offered."""
+    prompt's n-gram offers (ngram_offers), `river`: whether the river is offered (and,
+    with `ngrams`, copies matches midway)."""
     tokens, seconds = 0, 0.0
     for i, prompt in enumerate(trace["prompts"]):
         runs = prompt["runs"]
+        offered = ngrams[i] if ngrams is not None else None
         p = 0
         while p < len(runs):
             room = len(runs) - p - 1
-            offers, accepts = {}, {}
-            if ngrams is not None and ngrams[i][p][1]:
-                source, n, run = ngrams[i][p]
-                offers[source], accepts[source] = n, run
+            offers = {}
+            if offered is not None and offered[p][1]:
+                offers[offered[p][0]] = offered[p][1]
             if river:
-                offers["river"], accepts["river"] = length.max_draft, runs[p]
+                offers["river"] = length.max_draft
             if fixed is not None:
                 source, k = "river", min(fixed, room)
             else:
                 source, k = length.choose(room, offers)
-            accepted = min(k, accepts.get(source, 0))
-            draft_s = costs.drafts(k) if source == "river" else 0.0
+            if source == "river":
+                accepted, spans = river_round(runs, offered, p, k, length, copies=fixed is None)
+            else:
+                accepted, spans = min(k, offered[p][2]) if k else 0, [(source, k)]
+            forwards = sum(n for name, n in spans if name == "river")
+            draft_s = costs.drafts(forwards)
             verify_s = costs.verify(k + 1)
             if fixed is None:
                 length.observe(
@@ -161,8 +196,9 @@ def replay(
                     n_accepted=accepted,
                     draft_seconds=draft_s,
                     verify_seconds=verify_s,
-                    draft_forwards=k if source == "river" else 0,
+                    draft_forwards=forwards,
                     source=source if k else None,
+                    spans=spans,
                 )
             p += accepted + 1
             tokens += accepted + 1

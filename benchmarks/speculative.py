@@ -360,7 +360,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     base_speed = configs[0].tokens_per_second
     print(
         f"\n{'configuration':44} {'tok/s':>8} {'ratio':>6} {'accept':>7} {'tok/verify':>10} {'identical':>9}"
-        f" {'draft':>6} {'verify':>7}"
+        f" {'draft':>6} {'verify':>7}  source rounds/drafted tokens@acceptance"
     )
     for c in configs:
         row = {"name": c.name, "tokens_per_second": c.tokens_per_second, "ratio": c.tokens_per_second / base_speed}
@@ -378,14 +378,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 draft_cost=c.draft_seconds / max(c.draft_forwards, 1) * base_speed,
                 verify_cost=c.verify_seconds / max(c.rounds, 1) * base_speed,
             )
+            # A river round that copied an n-gram match midway counts as the river's round;
+            # the copied tokens count as drafted (and accepted) by their n-gram size.
             row["sources"] = {
-                source: {"rounds": r, "round_share": r / max(c.rounds, 1), "acceptance": a / max(d, 1)}
+                source: {
+                    "rounds": r,
+                    "round_share": r / max(c.rounds, 1),
+                    "drafted": d,
+                    "drafted_share": d / max(c.drafted, 1),
+                    "acceptance": a / max(d, 1),
+                }
                 for source, (r, d, a) in sorted(c.by_source.items())
             }
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
             line += f" {row['draft_cost']:6.2f} {row['verify_cost']:7.2f}  "
             line += " ".join(
-                f"{source} {v['round_share']:.0%}" + (f"@{v['acceptance']:.2f}" if source != "plain" else "")
+                f"{source} {v['round_share']:.0%}"
+                + (f"/{v['drafted_share']:.0%}@{v['acceptance']:.2f}" if source != "plain" else "")
                 for source, v in row["sources"].items()
             )
             if c.gaps:

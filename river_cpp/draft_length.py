@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 PLAIN = "plain"  # the source of a round that drafts nothing
 
@@ -103,20 +103,42 @@ class SourceEstimate:
     def acceptance(self) -> float:
         return self._accepted / self._offered
 
-    def observe(self, round_: int, n_drafted: int, n_accepted: int, draft_seconds: float, forwards: int) -> None:
+    def observe(self, round_: int, offered: int, accepted: int, draft_seconds: float, forwards: int) -> None:
+        """One round's drafts of this source: `offered` of them tested by the verify
+        (the accepted ones, and the one rejected if the rejection fell on this source)."""
         if forwards:
             self.draft.append(draft_seconds / forwards)
-        # Offered: the accepted ones, plus the one rejected if the round stopped at a rejection.
-        offered = n_accepted + (1 if n_accepted < n_drafted else 0)
         # The past fades with every round, so that a probe after a long plain stretch
         # speaks for the text as it is now; rounds without this source fade it more
         # slowly, or one accepted probe alone sets the estimate near 1 and the next round
         # drafts 8 tokens (on the demo model, where drafting never pays, that cost it
         # several percent of its speed; docs/results.md, "Lossless River").
         fade = self._DECAY * self._PLAIN_DECAY ** max(round_ - self.drafted_round - 1, 0)
-        self._accepted = fade * self._accepted + n_accepted
+        self._accepted = fade * self._accepted + accepted
         self._offered = fade * self._offered + offered
         self.drafted_round = round_
+
+
+def drafts_by_source(spans: Sequence[tuple[str, int]], n_accepted: int) -> dict[str, tuple[int, int]]:
+    """source -> (offered, accepted) of one round whose drafts came in `spans` (source,
+    count) and whose first n_accepted drafts were kept: each drafted token up to the
+    first rejection counts for its source, the rejected one as offered and not
+    accepted; the verify never tested those after it.
+
+    >>> drafts_by_source([("river", 2), ("ngram3", 6), ("river", 1)], 4)
+    {'river': (2, 2), 'ngram3': (3, 2)}
+    """
+    tested: dict[str, tuple[int, int]] = {}
+    left = n_accepted
+    for source, count in spans:
+        accepted = min(count, left)
+        offered = accepted + (1 if accepted < count else 0)
+        before = tested.get(source, (0, 0))
+        tested[source] = (before[0] + offered, before[1] + accepted)
+        left -= accepted
+        if accepted < count:
+            break
+    return tested
 
 
 class DraftLength:
@@ -155,6 +177,7 @@ class DraftLength:
         self._timed_one_round = 0  # the last round that verified one position
         self._plain_rounds = 0
         self._probe_every = self._PROBE_EVERY
+        self._rate = 0.0  # tokens per second the latest choice expected
 
     def estimate(self, source: str) -> SourceEstimate:
         return self.sources.setdefault(source, SourceEstimate())
@@ -217,7 +240,23 @@ class DraftLength:
                 rate = expected / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
+        self._rate = best_rate
         return best
+
+    def copy_pays(self, source: str, n: int) -> bool:
+        """Whether a river round should copy n tokens of an n-gram match (`source`,
+        "ngram3") instead of drafting them: the tokens the river's better acceptance
+        would add, against its n forwards' time at the latest chosen speed."""
+        river, match = self.estimate("river"), self.estimate(source)
+        if not river.draft:
+            return True
+
+        def expected(a: float) -> float:  # accepted among n more drafts, each kept with a
+            a = min(a, 0.999)
+            return a * (1 - a**n) / (1 - a)
+
+        lost = expected(river.acceptance) - expected(match.acceptance)
+        return lost <= self._rate * n * median(river.draft)
 
     def observe(
         self,
@@ -228,11 +267,18 @@ class DraftLength:
         verify_seconds: float,
         draft_forwards: int,
         source: Optional[str] = None,
+        spans: Optional[Sequence[tuple[str, int]]] = None,
     ) -> None:
-        """Record one round (`source`: the one that drafted; None for a single-source
-        controller, whose source is "river")."""
+        """Record one round (`source`: the one that drafted, None for a single-source
+        controller, whose source is "river"; `spans`: which source drafted which of
+        the tokens, where more than one did)."""
         self.verify.observe(n_drafted + 1, verify_seconds)
         if not n_drafted:
             self._timed_one_round = self._rounds
             return
-        self.estimate(source or "river").observe(self._rounds, n_drafted, n_accepted, draft_seconds, draft_forwards)
+        source = source or "river"
+        for name, (offered, accepted) in drafts_by_source(spans or [(source, n_drafted)], n_accepted).items():
+            timed = name == source  # the drafting time is the round's source's
+            self.estimate(name).observe(
+                self._rounds, offered, accepted, draft_seconds if timed else 0.0, draft_forwards if timed else 0
+            )

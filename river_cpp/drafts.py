@@ -10,7 +10,7 @@ tokens continuing the accepted history, and the backbone verifies them
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -23,13 +23,24 @@ from river_cpp.steps import prefill
 
 
 class Proposal:
-    """What a source drafted in one round: tokens and the forwards it ran."""
+    """What a source drafted in one round: tokens, the forwards it ran, and `spans`:
+    which source proposed which run of the tokens, in order, as (name, count). A
+    river draft that copies an n-gram match midway has spans like
+    [("river", 2), ("ngram3", 6)]; the statistics credit each span to its source."""
 
-    __slots__ = ("tokens", "forwards")
+    __slots__ = ("tokens", "forwards", "spans")
 
-    def __init__(self, tokens: Optional[list[int]] = None) -> None:
+    def __init__(self, tokens: Optional[list[int]] = None, source: str = "") -> None:
         self.tokens: list[int] = tokens or []
         self.forwards = 0
+        self.spans: list[tuple[str, int]] = [(source, len(self.tokens))] if self.tokens else []
+
+    def add(self, source: str, tokens: Sequence[int]) -> None:
+        self.tokens.extend(tokens)
+        if self.spans and self.spans[-1][0] == source:
+            self.spans[-1] = (source, self.spans[-1][1] + len(tokens))
+        else:
+            self.spans.append((source, len(tokens)))
 
 
 class Draft(Protocol):
@@ -62,6 +73,7 @@ class _ForwardDraft:
     """A draft that runs a model's forward per token and samples from its logits."""
 
     model: LanguageModel
+    name: str
 
     def available(self, history: Sequence[int], max_tokens: int) -> int:
         return max_tokens
@@ -72,13 +84,19 @@ class _ForwardDraft:
         # verified with, so that it is kept whenever the backbone samples the same.
         uniforms = sampler.peek(k)
         while len(proposal.tokens) < k:
+            if self._copy(proposal, k):
+                continue
             context = list(history) + proposal.tokens
             logits = self._forward(context[self.model.n_past :])
             proposal.forwards += 1
             if p_min > 0.0 and _top_probability(logits) < p_min:
                 break
-            proposal.tokens.append(sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)]))
+            proposal.add(self.name, [sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)])])
         return proposal
+
+    def _copy(self, proposal: Proposal, k: int) -> bool:
+        """Extend `proposal` from elsewhere instead of a forward (whether it did)."""
+        return False
 
     def _forward(self, ids: Sequence[int]) -> np.ndarray:
         raise NotImplementedError
@@ -87,17 +105,44 @@ class _ForwardDraft:
 class RiverDraft(_ForwardDraft):
     """The river drafting on the backbone's own cache, under an exit policy (every
     layer on the river: ExitPolicy.at_layer(0)). Its K/V rows are the ones the verify
-    overwrites, so the target rewinds the shared cache itself."""
+    overwrites, so the target rewinds the shared cache itself.
 
-    def __init__(self, model: LanguageModel, policy: ExitPolicy, vocab: Optional[int]) -> None:
+    copies: n-gram matches the river may copy midway instead of running its layers.
+    A round the river drafts may reach text the context already holds (a fresh
+    sentence, then the pasted code again); copying the rest of the round costs
+    nothing, where the river would spend a forward per token on it. copy_pays(name,
+    n) says whether copying n tokens of a match named `name` ("ngram3") beats the
+    river for them (river_cpp.draft_length.DraftLength.copy_pays)."""
+
+    name = "river"
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        policy: ExitPolicy,
+        vocab: Optional[int],
+        copies: Optional[NgramDraft] = None,
+        copy_pays: Optional[Callable[[str, int], bool]] = None,
+    ) -> None:
         if not model.has_river:
             raise ValueError("drafting with the river needs a model with a river")
         self.model = model
         self.policy = policy
         self.vocab = None if vocab is None or vocab >= model.n_vocab else vocab
+        self.copies = copies
+        self.copy_pays = copy_pays or (lambda name, n: True)
 
     def begin(self, history: Sequence[int]) -> None:
         pass
+
+    def _copy(self, proposal: Proposal, k: int) -> bool:
+        if self.copies is None or not proposal.tokens:  # the round's first token: chosen already
+            return False
+        tokens, n = self.copies.index.propose(k - len(proposal.tokens), tail=proposal.tokens)
+        if not tokens or not self.copy_pays(f"ngram{n}", len(tokens)):
+            return False
+        proposal.add(f"ngram{n}", tokens)
+        return True
 
     def _forward(self, ids: Sequence[int]) -> np.ndarray:
         return self.model.forward(ids, last_only=True, route="decode", policy=self.policy, exit_vocab=self.vocab)[0]
@@ -108,6 +153,8 @@ class RiverDraft(_ForwardDraft):
 
 class ModelDraft(_ForwardDraft):
     """A separate model with its own cache, drafting with its full weights."""
+
+    name = "model"
 
     def __init__(self, model: LanguageModel, draft: LanguageModel) -> None:
         if draft is model:
@@ -152,7 +199,7 @@ class NgramDraft:
         return len(self._proposed)
 
     def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
-        return Proposal(self._proposed[:k])
+        return Proposal(self._proposed[:k], f"ngram{self.last_n}")
 
     def keep(self, history: Sequence[int]) -> None:
         self.index.extend(history[len(self.index.tokens) :])

@@ -42,13 +42,14 @@ class NgramIndex:
                 self._ends[n][tuple(self.tokens[end - n :])] = end
             self.tokens.append(int(token))
 
-    def propose(self, max_tokens: int) -> tuple[list[int], int]:
+    def propose(self, max_tokens: int, tail: Sequence[int] = ()) -> tuple[list[int], int]:
         """Up to `max_tokens` tokens that followed the most recent earlier occurrence of
         the longest n-gram (n_max down to n_min) the context ends with, and that n;
-        ([], 0) if none matches."""
-        end = len(self.tokens)
-        for n in range(min(self.n_max, end), self.n_min - 1, -1):
-            start = self._ends[n].get(tuple(self.tokens[end - n :]))
+        ([], 0) if none matches. `tail`: tokens not in the context yet (a draft's own)
+        that the n-gram ends with, after the context's."""
+        recent = self.tokens[max(len(self.tokens) - self.n_max, 0) :] + list(tail)
+        for n in range(min(self.n_max, len(recent)), self.n_min - 1, -1):
+            start = self._ends[n].get(tuple(recent[len(recent) - n :]))
             if start is not None:
                 return self.tokens[start : start + max_tokens], n
         return [], 0

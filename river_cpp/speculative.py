@@ -116,8 +116,8 @@ def _check_int(name: str, value: object, low: int, high: Optional[int]) -> None:
 class SourceStats:
     """Counts of one draft source in one generation."""
 
-    rounds: int = 0  # rounds it drafted
-    drafted: int = 0
+    rounds: int = 0  # rounds it was chosen for (a river round's copied matches count under their n-gram)
+    drafted: int = 0  # tokens it proposed, in rounds of its own or copied into the river's
     accepted: int = 0
 
     @property
@@ -150,7 +150,8 @@ class SpeculativeStats:
 
     def summary(self) -> str:
         sources = ", ".join(
-            f"{name} {s.rounds} rounds" + (f" ({100 * s.acceptance_rate:.0f}% accepted)" if s.drafted else "")
+            f"{name} {s.rounds} rounds"
+            + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% accepted)" if s.drafted else "")
             for name, s in sorted(self.by_source.items())
         )
         return (
@@ -159,25 +160,30 @@ class SpeculativeStats:
             + (f"; {sources}" if sources else "")
         )
 
-    def count(self, source: str, n_drafted: int, n_accepted: int) -> None:
-        entry = self.by_source.setdefault(source, SourceStats())
-        entry.rounds += 1
-        entry.drafted += n_drafted
-        entry.accepted += n_accepted
+    def count(self, source: str, spans: Sequence[tuple[str, int]], n_accepted: int) -> None:
+        """One round that `source` chose (PLAIN: none), whose drafts came in `spans`."""
+        self.by_source.setdefault(source, SourceStats()).rounds += 1
+        left = n_accepted
+        for name, count in spans:
+            entry = self.by_source.setdefault(name, SourceStats())
+            entry.drafted += count
+            entry.accepted += min(count, left)
+            left -= min(count, left)
 
 
 # ---------------------------------------------------------------- sources
 
 
-def _sources(model: LanguageModel, spec: Speculative) -> dict[str, Draft]:
-    """The draft sources `spec` names, by name ("river", "ngram", "model")."""
+def _sources(model: LanguageModel, spec: Speculative, lengths: DraftLength) -> dict[str, Draft]:
+    """The draft sources `spec` names, by name ("river", "ngram", "model"); in the
+    portfolio the river copies n-gram matches midway where `lengths` says it pays."""
     sources: dict[str, Draft] = {}
+    ngrams = None
     if spec.uses_ngrams:
-        sources["ngram"] = NgramDraft(spec.ngram_min, spec.ngram_max)
-    if isinstance(spec.draft, ExitPolicy):
-        sources["river"] = RiverDraft(model, spec.draft, spec.draft_vocab)
-    elif spec.uses_river:
-        sources["river"] = RiverDraft(model, ExitPolicy.at_layer(0), spec.draft_vocab)
+        ngrams = sources["ngram"] = NgramDraft(spec.ngram_min, spec.ngram_max)
+    if spec.uses_river:
+        policy = spec.draft if isinstance(spec.draft, ExitPolicy) else ExitPolicy.at_layer(0)
+        sources["river"] = RiverDraft(model, policy, spec.draft_vocab, copies=ngrams, copy_pays=lengths.copy_pays)
     elif not isinstance(spec.draft, str):
         sources["model"] = ModelDraft(model, spec.draft)
     return sources
@@ -243,10 +249,10 @@ def speculative_step(
     if not isinstance(sampler, Sampler):
         raise TypeError("speculative decoding needs a river_cpp.sampling.Sampler (it compares distributions)")
     stats = stats if stats is not None else SpeculativeStats()
-    sources = _sources(model, spec)
     greedy = sampler.params.temperature == 0.0
     n_layer = model.n_layer
     lengths = draft_length_for(model, spec, greedy)
+    sources = _sources(model, spec, lengths)
     history = list(prompt_ids)
     for source in sources.values():
         source.begin(history)
@@ -291,6 +297,7 @@ def speculative_step(
             verify_seconds=verified_at - drafted_at,
             draft_forwards=proposal.forwards,
             source=chosen,
+            spans=proposal.spans,
         )
         stats.rounds += 1
         stats.drafted += len(drafts)
@@ -299,7 +306,7 @@ def speculative_step(
         stats.draft_forwards += proposal.forwards
         stats.draft_seconds += drafted_at - began
         stats.verify_seconds += verified_at - drafted_at
-        stats.count(chosen if drafts else PLAIN, len(drafts), n_accepted)
+        stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
         history += new
         for source in sources.values():
             source.keep(history)

@@ -1,7 +1,7 @@
 """The portfolio: each round the draft source with the most expected tokens per second,
 from each source's own acceptance and cost and the shared verify costs."""
 
-from river_cpp.draft_length import PLAIN, DraftLength
+from river_cpp.draft_length import PLAIN, DraftLength, drafts_by_source
 
 FREE = frozenset({"ngram3"})
 
@@ -62,3 +62,23 @@ def test_a_fixed_length_takes_the_first_offer():
     assert length.choose(100, {"ngram2": 3, "river": 5}) == ("ngram2", 3)
     assert length.choose(100, {}) == (PLAIN, 0)
     assert length.choose(2, {"river": 5}) == ("river", 2)
+
+
+def test_each_span_of_a_round_is_credited_to_its_source():
+    spans = [("river", 2), ("ngram3", 6), ("river", 1)]
+    assert drafts_by_source(spans, 9) == {"river": (3, 3), "ngram3": (6, 6)}
+    assert drafts_by_source(spans, 4) == {"river": (2, 2), "ngram3": (3, 2)}  # rejected in the copy
+    assert drafts_by_source(spans, 1) == {"river": (2, 1)}  # the copy was never tested
+    assert drafts_by_source([("ngram2", 4)], 0) == {"ngram2": (1, 0)}
+
+
+def test_a_river_round_copies_a_match_only_when_it_is_as_good_as_the_river_for_less():
+    length = DraftLength(8, adaptive=True, free_sources=FREE | {"ngram1"})
+    accepted = {"ngram3": 0.9, "river": 0.9}
+    for _ in range(20):
+        _round(length, {"river": 8}, accepted=accepted, draft_cost={"river": 0.35})
+    for _ in range(10):  # a 3-gram match as good as the river, a 1-gram one never right
+        _round(length, {"ngram3": 8}, accepted=accepted, draft_cost={})
+        _round(length, {"ngram1": 8}, accepted={"ngram1": 0.0}, draft_cost={})
+    assert length.copy_pays("ngram3", 6)
+    assert not length.copy_pays("ngram1", 6)

@@ -36,6 +36,15 @@ def test_a_proposal_stops_at_the_end_of_the_context():
     assert index.propose(8) == ([2, 1], 1)
 
 
+def test_a_tail_not_in_the_context_extends_the_ngram():
+    index = NgramIndex(1, 3)
+    index.extend([1, 2, 3, 4, 9, 1])
+    # The draft's own tokens (2, 3) after the context's 1: (1, 2, 3) occurred before 4.
+    assert index.propose(2, tail=[2, 3]) == ([4, 9], 3)
+    assert index.propose(8, tail=[7]) == ([], 0)  # nothing ever followed 7
+    assert index.propose(8, tail=[]) == index.propose(8)
+
+
 def test_invalid_sizes():
     with pytest.raises(ValueError, match="n_min"):
         NgramIndex(0, 2)

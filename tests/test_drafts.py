@@ -1,0 +1,76 @@
+"""river_cpp.drafts: a river round copies an n-gram match midway, on a stand-in river
+whose every forward predicts one fixed token."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from river_cpp.drafts import NgramDraft, RiverDraft
+from river_cpp.policy import ExitPolicy
+from river_cpp.sampling import Sampler, SamplingParams
+
+N_VOCAB = 16
+
+
+class _OneTokenRiver:
+    """A model whose river always predicts `token`; it counts its forwards."""
+
+    has_river = True
+    n_vocab = N_VOCAB
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.n_past = 0
+        self.fed: list[list[int]] = []
+
+    def forward(self, ids: Sequence[int], last_only: bool, route: str, policy, exit_vocab) -> np.ndarray:
+        self.fed.append(list(ids))
+        self.n_past += len(ids)
+        logits = np.zeros((1, N_VOCAB), dtype=np.float32)
+        logits[0, self.token] = 10.0
+        return logits
+
+
+def _draft(history: list[int], token: int, k: int, copy_pays=None):
+    model = _OneTokenRiver(token)
+    model.n_past = len(history) - 1  # the last accepted token is not in the cache yet
+    ngrams = NgramDraft(1, 3)
+    ngrams.begin(history)
+    river = RiverDraft(model, ExitPolicy.at_layer(0), None, copies=ngrams, copy_pays=copy_pays)
+    return river.propose(history, k, Sampler(SamplingParams(temperature=0.0)), 0.0), model
+
+
+def test_a_river_round_copies_a_match_it_reaches():
+    # After the river's 2, the draft ends with (1, 2), which the context continued with 3, 4, 1.
+    proposal, _ = _draft([1, 2, 3, 4, 1], token=2, k=4)
+    assert proposal.tokens == [2, 3, 4, 1]
+    assert proposal.spans == [("river", 1), ("ngram2", 3)]
+    assert proposal.forwards == 1
+    # Then (1,) matches again; where a 1-gram does not pay, the river drafts on.
+    proposal, model = _draft([1, 2, 3, 4, 1], token=2, k=5, copy_pays=lambda name, n: name != "ngram1")
+    assert proposal.tokens == [2, 3, 4, 1, 2]
+    assert proposal.spans == [("river", 1), ("ngram2", 3), ("river", 1)]
+    assert proposal.forwards == 2
+    # The second forward feeds the copied tokens and the river's own first one at once.
+    assert model.fed == [[1], [2, 3, 4, 1]]
+
+
+def test_a_copy_that_does_not_pay_is_drafted_by_the_river():
+    asked = []
+
+    def never(name: str, n: int) -> bool:
+        asked.append((name, n))
+        return False
+
+    proposal, _ = _draft([1, 2, 3, 4, 1], token=2, k=3, copy_pays=never)
+    assert proposal.tokens == [2, 2, 2]
+    assert proposal.spans == [("river", 3)]
+    assert asked[0] == ("ngram2", 2)  # the match, at most the round's remaining length
+
+
+def test_the_first_token_is_the_chosen_sources():
+    # The context ends with a match (1 -> 2), but the round was given to the river.
+    proposal, _ = _draft([1, 2, 3, 1], token=5, k=1)
+    assert proposal.spans == [("river", 1)]
