@@ -142,8 +142,9 @@ def river_round(
     while d < k:
         source, n, run = ngrams[p + d] if ngrams is not None else ("", 0, 0)
         n = min(n, k - d)
-        if copies and ok and d and n and length.copy_pays(source, n):
-            spans.append((source, n))
+        copy = source.replace("ngram", "copy")
+        if copies and ok and d and n and length.copy_pays(copy, n):
+            spans.append((copy, n))
             ok = run >= n
             accepted += min(run, n)
             d += n

@@ -206,7 +206,14 @@ class DraftLength:
         if self.verify.timings(1) < self._TRUSTED_TIMINGS:
             return self._plain()  # the cost of one backbone token, which estimates rest on
         for source, limit in offers.items():
-            if source not in self.free_sources and not self.estimate(source).draft:
+            estimate = self.estimate(source)
+            if source in self.free_sources and not estimate.drafted_round:
+                # Its acceptance, measured: at the prior a free match loses to a river
+                # accepted 97% of the time, so it would never be tried (on the 0.5B's
+                # grounded prompts the river then drafted one token per round and copied
+                # the 3-gram matches behind it: a forward per round for nothing).
+                return source, limit
+            if source not in self.free_sources and not estimate.draft:
                 return source, min(self._FIRST_DRAFT, limit)  # its cost, measured
         source, k = self._best(offers)
         if k > 0 and self._rounds - self._timed_one_round > self._RETIME_EVERY:
@@ -244,9 +251,11 @@ class DraftLength:
         return best
 
     def copy_pays(self, source: str, n: int) -> bool:
-        """Whether a river round should copy n tokens of an n-gram match (`source`,
-        "ngram3") instead of drafting them: the tokens the river's better acceptance
-        would add, against its n forwards' time at the latest chosen speed."""
+        """Whether a river round should copy n tokens of an n-gram match instead of
+        drafting them: the tokens the river's better acceptance would add, against its n
+        forwards' time at the latest chosen speed. `source` names the copies' own
+        statistics ("copy3": matches of 3 tokens met inside river rounds, which fare
+        otherwise than matches at a round's start, the "ngram3" offers)."""
         river, match = self.estimate("river"), self.estimate(source)
         if not river.draft:
             return True

@@ -25,8 +25,8 @@ from river_cpp.steps import prefill
 class Proposal:
     """What a source drafted in one round: tokens, the forwards it ran, and `spans`:
     which source proposed which run of the tokens, in order, as (name, count). A
-    river draft that copies an n-gram match midway has spans like
-    [("river", 2), ("ngram3", 6)]; the statistics credit each span to its source."""
+    river draft that copies a 3-token n-gram match midway has spans like
+    [("river", 2), ("copy3", 6)]; the statistics credit each span to its source."""
 
     __slots__ = ("tokens", "forwards", "spans")
 
@@ -111,8 +111,8 @@ class RiverDraft(_ForwardDraft):
     A round the river drafts may reach text the context already holds (a fresh
     sentence, then the pasted code again); copying the rest of the round costs
     nothing, where the river would spend a forward per token on it. copy_pays(name,
-    n) says whether copying n tokens of a match named `name` ("ngram3") beats the
-    river for them (river_cpp.draft_length.DraftLength.copy_pays)."""
+    n) says whether copying n tokens of a match named `name` ("copy3": of 3 tokens)
+    beats the river for them (river_cpp.draft_length.DraftLength.copy_pays)."""
 
     name = "river"
 
@@ -139,9 +139,9 @@ class RiverDraft(_ForwardDraft):
         if self.copies is None or not proposal.tokens:  # the round's first token: chosen already
             return False
         tokens, n = self.copies.index.propose(k - len(proposal.tokens), tail=proposal.tokens)
-        if not tokens or not self.copy_pays(f"ngram{n}", len(tokens)):
+        if not tokens or not self.copy_pays(f"copy{n}", len(tokens)):
             return False
-        proposal.add(f"ngram{n}", tokens)
+        proposal.add(f"copy{n}", tokens)
         return True
 
     def _forward(self, ids: Sequence[int]) -> np.ndarray:

@@ -16,7 +16,7 @@ def _round(length: DraftLength, offers: dict, *, accepted: dict, draft_cost: dic
         n_accepted=n_accepted,
         draft_seconds=k * draft_cost.get(source, 0.0),
         verify_seconds=verify_one * (1 + 0.3 * k),
-        draft_forwards=0 if source in FREE else k,
+        draft_forwards=0 if source in length.free_sources else k,
         source=source if k else None,
     )
     return source, k
@@ -73,12 +73,12 @@ def test_each_span_of_a_round_is_credited_to_its_source():
 
 
 def test_a_river_round_copies_a_match_only_when_it_is_as_good_as_the_river_for_less():
-    length = DraftLength(8, adaptive=True, free_sources=FREE | {"ngram1"})
+    length = DraftLength(8, adaptive=True, free_sources=FREE | {"copy3", "copy1"})
     accepted = {"ngram3": 0.9, "river": 0.9}
     for _ in range(20):
         _round(length, {"river": 8}, accepted=accepted, draft_cost={"river": 0.35})
-    for _ in range(10):  # a 3-gram match as good as the river, a 1-gram one never right
-        _round(length, {"ngram3": 8}, accepted=accepted, draft_cost={})
-        _round(length, {"ngram1": 8}, accepted={"ngram1": 0.0}, draft_cost={})
-    assert length.copy_pays("ngram3", 6)
-    assert not length.copy_pays("ngram1", 6)
+    for _ in range(10):  # copied 3-gram matches as good as the river, 1-gram ones never right
+        _round(length, {"copy3": 8}, accepted={"copy3": 0.9}, draft_cost={})
+        _round(length, {"copy1": 8}, accepted={"copy1": 0.0}, draft_cost={})
+    assert length.copy_pays("copy3", 6)
+    assert not length.copy_pays("copy1", 6)

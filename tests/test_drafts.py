@@ -46,12 +46,12 @@ def test_a_river_round_copies_a_match_it_reaches():
     # After the river's 2, the draft ends with (1, 2), which the context continued with 3, 4, 1.
     proposal, _ = _draft([1, 2, 3, 4, 1], token=2, k=4)
     assert proposal.tokens == [2, 3, 4, 1]
-    assert proposal.spans == [("river", 1), ("ngram2", 3)]
+    assert proposal.spans == [("river", 1), ("copy2", 3)]
     assert proposal.forwards == 1
     # Then (1,) matches again; where a 1-gram does not pay, the river drafts on.
-    proposal, model = _draft([1, 2, 3, 4, 1], token=2, k=5, copy_pays=lambda name, n: name != "ngram1")
+    proposal, model = _draft([1, 2, 3, 4, 1], token=2, k=5, copy_pays=lambda name, n: name != "copy1")
     assert proposal.tokens == [2, 3, 4, 1, 2]
-    assert proposal.spans == [("river", 1), ("ngram2", 3), ("river", 1)]
+    assert proposal.spans == [("river", 1), ("copy2", 3), ("river", 1)]
     assert proposal.forwards == 2
     # The second forward feeds the copied tokens and the river's own first one at once.
     assert model.fed == [[1], [2, 3, 4, 1]]
@@ -67,7 +67,7 @@ def test_a_copy_that_does_not_pay_is_drafted_by_the_river():
     proposal, _ = _draft([1, 2, 3, 4, 1], token=2, k=3, copy_pays=never)
     assert proposal.tokens == [2, 2, 2]
     assert proposal.spans == [("river", 3)]
-    assert asked[0] == ("ngram2", 2)  # the match, at most the round's remaining length
+    assert asked[0] == ("copy2", 2)  # the match, at most the round's remaining length
 
 
 def test_the_first_token_is_the_chosen_sources():
