@@ -178,6 +178,7 @@ class DraftLength:
         self._plain_rounds = 0
         self._probe_every = self._PROBE_EVERY
         self._rate = 0.0  # tokens per second the latest choice expected
+        self._closest = ""  # the drafting source with the best rate in the latest choice
 
     def estimate(self, source: str) -> SourceEstimate:
         return self.sources.setdefault(source, SourceEstimate())
@@ -225,7 +226,9 @@ class DraftLength:
         if self._plain_rounds >= self._probe_every:
             self._plain_rounds = 0
             self._probe_every = min(2 * self._probe_every, self._PROBE_EVERY_MAX)
-            return next(iter(offers)), 1
+            # The source closest to paying: probing whichever was offered first let a
+            # river whose estimate had sunk go unprobed while n-gram matches were offered.
+            return self._closest, 1
         return PLAIN, 0
 
     def _plain(self) -> tuple[str, int]:
@@ -238,6 +241,7 @@ class DraftLength:
         # Explore at most twice the longest draft verified so far: a guessed cost past it
         # is optimistic, and a wrong guess of 8 drafts cost the demo model 7 tokens' time.
         explore = max(2, 2 * (self.verify.longest - 1))
+        closest_rate = 0.0
         for source, limit in offers.items():
             estimate = self.estimate(source)
             a = min(estimate.acceptance, 0.999)
@@ -247,6 +251,8 @@ class DraftLength:
                 rate = expected / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
+                if rate > closest_rate:
+                    self._closest, closest_rate = source, rate
         self._rate = best_rate
         return best
 

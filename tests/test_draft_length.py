@@ -82,3 +82,21 @@ def test_a_river_round_copies_a_match_only_when_it_is_as_good_as_the_river_for_l
         _round(length, {"copy1": 8}, accepted={"copy1": 0.0}, draft_cost={})
     assert length.copy_pays("copy3", 6)
     assert not length.copy_pays("copy1", 6)
+
+
+def test_a_probe_drafts_from_the_source_closest_to_paying():
+    """The river's estimate sank in a bad patch; n-gram matches that never pay are
+    offered first every round. The probe must try the river, or it never recovers."""
+    length = DraftLength(8, adaptive=True, free_sources=FREE)
+    for _ in range(20):
+        _round(length, {"river": 8}, accepted={"river": 0.9}, draft_cost={"river": 0.35})
+    for _ in range(10):
+        _round(length, {"river": 8}, accepted={"river": 0.0}, draft_cost={"river": 0.35})
+    for _ in range(3):
+        _round(length, {"ngram3": 8}, accepted={"ngram3": 0.0}, draft_cost={})
+    chosen = [
+        _round(length, {"ngram3": 8, "river": 8}, accepted={"river": 0.9}, draft_cost={"river": 0.35})
+        for _ in range(40)
+    ]
+    assert ("river", 1) in chosen, chosen
+    assert chosen[-1][0] == "river"  # and, once probed, it drafts again
