@@ -35,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' tiny llama
+from gguf_files import tiny_llama_hparams, tiny_llama_shapes  # noqa: E402
+
 SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 STRING, ARRAY = 8, 9
 BOUNDARY_U64 = [
@@ -63,42 +66,34 @@ BOUNDARY_U64 = [
 BOUNDARY_U32 = [0, 1, 2, 4, 5, 8, 9, 12, 13, 26, 30, 39, 42, 43, 44, 1000, 2**31, 2**32 - 1]
 
 
+# Seed matrix types by tensor kind (the rest F32): Q8_0 and F16 both, so that mutated
+# type fields and sizes meet both block layouts.
+SEED_TYPES = {
+    "token_embd": "Q8_0",
+    "attn_q": "F16",
+    "attn_k": "Q8_0",
+    "attn_v": "Q8_0",
+    "ffn_gate": "Q8_0",
+    "ffn_up": "F16",
+    "ffn_down": "Q8_0",
+    "output": "Q8_0",
+}
+
+
 def write_seed_backbone(path: Path) -> None:
-    """A 2-layer llama with 32 tokens, n_embd 32, Q8_0 and F16 matrices, no tokenizer."""
+    """The tests' tiny llama with 2 layers and 32 tokens, Q8_0 and F16 matrices, no tokenizer."""
     import gguf
 
     rng = np.random.default_rng(0)
-    n_vocab, n_embd, n_ff, n_head, n_head_kv = 32, 32, 64, 2, 1
-    head_dim = n_embd // n_head
     writer = gguf.GGUFWriter(path, "llama")
-    writer.add_context_length(64)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_rope_dimension_count(head_dim)
-
-    def add(name: str, shape: tuple[int, ...], qtype=gguf.GGMLQuantizationType.F32) -> None:
+    for key, value in tiny_llama_hparams(2).items():
+        kind = gguf.GGUFValueType.UINT32 if isinstance(value, int) else gguf.GGUFValueType.FLOAT32
+        writer.add_key_value(f"llama.{key}", value, kind)
+    for name, shape in tiny_llama_shapes(32, 2, output=True).items():
+        kind = name.split(".")[-2]  # blk.0.attn_q.weight -> attn_q
+        qtype = gguf.GGMLQuantizationType[SEED_TYPES.get(kind, "F32")]
         values = rng.normal(0, 0.3, shape).astype(np.float32)
         writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
-
-    add("token_embd.weight", (n_vocab, n_embd), gguf.GGMLQuantizationType.Q8_0)
-    for il in range(2):
-        b = f"blk.{il}"
-        add(f"{b}.attn_norm.weight", (n_embd,))
-        add(f"{b}.attn_q.weight", (n_embd, n_embd), gguf.GGMLQuantizationType.F16)
-        add(f"{b}.attn_k.weight", (head_dim * n_head_kv, n_embd), gguf.GGMLQuantizationType.Q8_0)
-        add(f"{b}.attn_v.weight", (head_dim * n_head_kv, n_embd), gguf.GGMLQuantizationType.Q8_0)
-        add(f"{b}.attn_output.weight", (n_embd, n_embd))
-        add(f"{b}.ffn_norm.weight", (n_embd,))
-        add(f"{b}.ffn_gate.weight", (n_ff, n_embd), gguf.GGMLQuantizationType.Q8_0)
-        add(f"{b}.ffn_up.weight", (n_ff, n_embd), gguf.GGMLQuantizationType.F16)
-        add(f"{b}.ffn_down.weight", (n_embd, n_ff), gguf.GGMLQuantizationType.Q8_0)
-    add("output_norm.weight", (n_embd,))
-    add("output.weight", (n_vocab, n_embd), gguf.GGMLQuantizationType.Q8_0)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

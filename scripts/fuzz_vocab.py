@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' tiny llama
+from gguf_files import tiny_llama_hparams, tiny_llama_shapes  # noqa: E402
+
 STRING, ARRAY = 8, 9
 UINT8, INT8, UINT32, INT32, FLOAT32, BOOL, UINT64 = 0, 1, 4, 5, 6, 7, 10
 SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -123,34 +126,12 @@ class Model:
 
 
 def tiny_llama_tensors(n_vocab: int, rng: np.random.Generator) -> tuple[list[Kv], int, bytes, bytes]:
-    """Hyperparameters, tensor infos and data of a 1-layer llama with n_vocab rows (F32)."""
-    n_embd, n_ff, n_head, n_head_kv = 32, 64, 2, 1
-    head_dim = n_embd // n_head
-    kvs = [
-        Kv("general.architecture", STRING, b"llama"),
-        Kv("llama.context_length", UINT32, 64),
-        Kv("llama.embedding_length", UINT32, n_embd),
-        Kv("llama.block_count", UINT32, 1),
-        Kv("llama.feed_forward_length", UINT32, n_ff),
-        Kv("llama.attention.head_count", UINT32, n_head),
-        Kv("llama.attention.head_count_kv", UINT32, n_head_kv),
-        Kv("llama.attention.layer_norm_rms_epsilon", FLOAT32, 1e-5),
-        Kv("llama.rope.freq_base", FLOAT32, 10000.0),
-        Kv("llama.rope.dimension_count", UINT32, head_dim),
-    ]
-    shapes = {  # numpy shapes [rows, row length]
-        "token_embd.weight": (n_vocab, n_embd),
-        "blk.0.attn_norm.weight": (n_embd,),
-        "blk.0.attn_q.weight": (n_embd, n_embd),
-        "blk.0.attn_k.weight": (head_dim * n_head_kv, n_embd),
-        "blk.0.attn_v.weight": (head_dim * n_head_kv, n_embd),
-        "blk.0.attn_output.weight": (n_embd, n_embd),
-        "blk.0.ffn_norm.weight": (n_embd,),
-        "blk.0.ffn_gate.weight": (n_ff, n_embd),
-        "blk.0.ffn_up.weight": (n_ff, n_embd),
-        "blk.0.ffn_down.weight": (n_embd, n_ff),
-        "output_norm.weight": (n_embd,),
-    }
+    """Hyperparameters, tensor infos and data of the tests' tiny llama (one layer, F32)
+    with n_vocab embedding rows."""
+    kvs = [Kv("general.architecture", STRING, b"llama")]
+    for key, value in tiny_llama_hparams(1).items():
+        kvs.append(Kv(f"llama.{key}", UINT32 if isinstance(value, int) else FLOAT32, value))
+    shapes = tiny_llama_shapes(n_vocab, 1)
     infos, data = [], []
     offset = 0
     for name, shape in shapes.items():

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import gguf
 import numpy as np
 import pytest
+from gguf_files import tiny_llama_hparams, tiny_llama_shapes, write_and_close
 
 from river_cpp import RiverError, RiverModel
 from river_cpp._core import check_vocabulary
@@ -36,44 +37,19 @@ Fields = dict[str, tuple[Any, gguf.GGUFValueType, Optional[gguf.GGUFValueType]]]
 
 
 def write_model(path: Path, fields: Fields, *, n_rows: Optional[int] = None) -> Path:
-    """A 1-layer llama (n_embd 32) with the given tokenizer.* fields; its embedding
-    has n_rows rows (default: one per token)."""
+    """The tiny llama (one layer) with the given tokenizer.* fields; its embedding has
+    n_rows rows (default: one per token)."""
     tokens = fields["tokenizer.ggml.tokens"][0]
-    n_vocab = len(tokens) if n_rows is None else n_rows
-    n_embd, n_ff, n_head, n_head_kv = 32, 64, 2, 1
-    head_dim = n_embd // n_head
     writer = gguf.GGUFWriter(path, "llama")
-    writer.add_context_length(64)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_rope_dimension_count(head_dim)
+    for key, value in tiny_llama_hparams(1).items():
+        kind = gguf.GGUFValueType.UINT32 if isinstance(value, int) else gguf.GGUFValueType.FLOAT32
+        writer.add_key_value(f"llama.{key}", value, kind)
     for key, (value, kind, sub) in fields.items():
         writer.add_key_value(key, value, kind, sub_type=sub)
     rng = np.random.default_rng(0)
-    shapes = {
-        "token_embd.weight": (n_vocab, n_embd),
-        "blk.0.attn_norm.weight": (n_embd,),
-        "blk.0.attn_q.weight": (n_embd, n_embd),
-        "blk.0.attn_k.weight": (head_dim * n_head_kv, n_embd),
-        "blk.0.attn_v.weight": (head_dim * n_head_kv, n_embd),
-        "blk.0.attn_output.weight": (n_embd, n_embd),
-        "blk.0.ffn_norm.weight": (n_embd,),
-        "blk.0.ffn_gate.weight": (n_ff, n_embd),
-        "blk.0.ffn_up.weight": (n_ff, n_embd),
-        "blk.0.ffn_down.weight": (n_embd, n_ff),
-        "output_norm.weight": (n_embd,),
-    }
-    for name, shape in shapes.items():
+    for name, shape in tiny_llama_shapes(len(tokens) if n_rows is None else n_rows, 1).items():
         writer.add_tensor(name, rng.normal(0, 0.3, shape).astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path
 
 
