@@ -22,6 +22,13 @@ from typing import Mapping, Optional, Sequence
 PLAIN = "plain"  # the source of a round that drafts nothing
 
 
+def expected_accepted(acceptance: float, n: int) -> float:
+    """Drafts kept on average among n, each kept with probability `acceptance` when
+    every one before it was (capped below 1, where the closed form divides by 0)."""
+    a = min(acceptance, 0.999)
+    return a * (1 - a**n) / (1 - a)
+
+
 class VerifyCosts:
     """Recent timings of the backbone verifying n positions, and the curve through them."""
 
@@ -178,7 +185,6 @@ class DraftLength:
         self._plain_rounds = 0
         self._probe_every = self._PROBE_EVERY
         self._rate = 0.0  # tokens per second the latest choice expected
-        self._closest = ""  # the drafting source with the best rate in the latest choice
 
     def estimate(self, source: str) -> SourceEstimate:
         return self.sources.setdefault(source, SourceEstimate())
@@ -216,7 +222,7 @@ class DraftLength:
                 return source, limit
             if source not in self.free_sources and not estimate.draft:
                 return source, min(self._FIRST_DRAFT, limit)  # its cost, measured
-        source, k = self._best(offers)
+        (source, k), closest = self._best(offers)
         if k > 0 and self._rounds - self._timed_one_round > self._RETIME_EVERY:
             return self._plain()
         if k > 0:
@@ -228,33 +234,34 @@ class DraftLength:
             self._probe_every = min(2 * self._probe_every, self._PROBE_EVERY_MAX)
             # The source closest to paying: probing whichever was offered first let a
             # river whose estimate had sunk go unprobed while n-gram matches were offered.
-            return self._closest, 1
+            return closest, 1
         return PLAIN, 0
 
     def _plain(self) -> tuple[str, int]:
         return PLAIN, 0
 
-    def _best(self, offers: Mapping[str, int]) -> tuple[str, int]:
+    def _best(self, offers: Mapping[str, int]) -> tuple[tuple[str, int], str]:
+        """The (source, k) with the most tokens per second (PLAIN, 0 unless one beats
+        plain decoding by _MIN_GAIN), and the drafting source that came closest."""
         verify = self.verify.costs(range(1, self.max_draft + 2))
         best: tuple[str, int] = (PLAIN, 0)
         best_rate = (1.0 + self._MIN_GAIN) / verify[1]
         # Explore at most twice the longest draft verified so far: a guessed cost past it
         # is optimistic, and a wrong guess of 8 drafts cost the demo model 7 tokens' time.
         explore = max(2, 2 * (self.verify.longest - 1))
-        closest_rate = 0.0
+        closest, closest_rate = "", 0.0
         for source, limit in offers.items():
             estimate = self.estimate(source)
-            a = min(estimate.acceptance, 0.999)
             draft_seconds = median(estimate.draft) if estimate.draft else 0.0
             for k in range(1, min(limit, explore) + 1):
-                expected = (1 - a ** (k + 1)) / (1 - a)
-                rate = expected / (k * draft_seconds + verify[k + 1])
+                # the kept drafts and the backbone's own token after them
+                rate = (1 + expected_accepted(estimate.acceptance, k)) / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
                 if rate > closest_rate:
-                    self._closest, closest_rate = source, rate
+                    closest, closest_rate = source, rate
         self._rate = best_rate
-        return best
+        return best, closest
 
     def copy_pays(self, source: str, n: int) -> bool:
         """Whether a river round should copy n tokens of an n-gram match instead of
@@ -265,12 +272,7 @@ class DraftLength:
         river, match = self.estimate("river"), self.estimate(source)
         if not river.draft:
             return True
-
-        def expected(a: float) -> float:  # accepted among n more drafts, each kept with a
-            a = min(a, 0.999)
-            return a * (1 - a**n) / (1 - a)
-
-        lost = expected(river.acceptance) - expected(match.acceptance)
+        lost = expected_accepted(river.acceptance, n) - expected_accepted(match.acceptance, n)
         return lost <= self._rate * n * median(river.draft)
 
     def observe(

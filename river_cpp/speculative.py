@@ -27,7 +27,7 @@ from typing import Iterator, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp.acceptance import Distribution, verify_drafts
-from river_cpp.draft_length import PLAIN, DraftLength
+from river_cpp.draft_length import PLAIN, DraftLength, drafts_by_source
 from river_cpp.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft
 from river_cpp.language_model import LanguageModel
 from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
@@ -163,12 +163,10 @@ class SpeculativeStats:
     def count(self, source: str, spans: Sequence[tuple[str, int]], n_accepted: int) -> None:
         """One round that `source` chose (PLAIN: none), whose drafts came in `spans`."""
         self.by_source.setdefault(source, SourceStats()).rounds += 1
-        left = n_accepted
         for name, count in spans:
-            entry = self.by_source.setdefault(name, SourceStats())
-            entry.drafted += count
-            entry.accepted += min(count, left)
-            left -= min(count, left)
+            self.by_source.setdefault(name, SourceStats()).drafted += count
+        for name, (_, accepted) in drafts_by_source(spans, n_accepted).items():
+            self.by_source[name].accepted += accepted
 
 
 # ---------------------------------------------------------------- sources
