@@ -39,6 +39,7 @@ import numpy as np
 
 from river_cpp import ExitPolicy, RiverModel
 from river_cpp.draft_length import DraftLength
+from river_cpp.drafts import copy_source, ngram_source
 from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
 
 # ---------------------------------------------------------------- recording
@@ -83,9 +84,9 @@ def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int
     }
 
 
-def ngram_offers(prompt: dict, n_min: int, n_max: int, max_draft: int) -> list[tuple[str, int, int]]:
-    """At each recorded position: (source, proposal length, tokens of it the backbone
-    accepts) of the n-gram draft, ("", 0, 0) where nothing matches."""
+def ngram_offers(prompt: dict, n_min: int, n_max: int, max_draft: int) -> list[tuple[int, int, int]]:
+    """At each recorded position: (n-gram size, proposal length, tokens of it the
+    backbone accepts) of the n-gram draft, (0, 0, 0) where nothing matches."""
     tokens = prompt["tokens"]
     first = prompt["n_prompt"] - 1  # the position of the first run: the prompt's last token
     index = NgramIndex(n_min, n_max)
@@ -96,7 +97,7 @@ def ngram_offers(prompt: dict, n_min: int, n_max: int, max_draft: int) -> list[t
         run = 0
         while run < len(proposal) and p + 1 + run < len(tokens) and proposal[run] == tokens[p + 1 + run]:
             run += 1
-        offers.append((f"ngram{n}" if proposal else "", len(proposal), run))
+        offers.append((n if proposal else 0, len(proposal), run))
         index.extend(tokens[p + 1 : p + 2])
     return offers
 
@@ -127,7 +128,7 @@ class Costs:
 
 def river_round(
     runs: list[int],
-    ngrams: Optional[list[tuple[str, int, int]]],
+    ngrams: Optional[list[tuple[int, int, int]]],
     p: int,
     k: int,
     length: DraftLength,
@@ -140,9 +141,9 @@ def river_round(
     more is accepted and the rest is drafted by the river (the costlier guess)."""
     accepted, spans, d, ok = 0, [], 0, True
     while d < k:
-        source, n, run = ngrams[p + d] if ngrams is not None else ("", 0, 0)
+        size, n, run = ngrams[p + d] if ngrams is not None else (0, 0, 0)
         n = min(n, k - d)
-        copy = source.replace("ngram", "copy")
+        copy = copy_source(size)
         if copies and ok and d and n and length.copy_pays(copy, n):
             spans.append((copy, n))
             ok = run >= n
@@ -161,7 +162,7 @@ def replay(
     costs: Costs,
     length: DraftLength,
     fixed: Optional[int] = None,
-    ngrams: Optional[list[list[tuple[str, int, int]]]] = None,
+    ngrams: Optional[list[list[tuple[int, int, int]]]] = None,
     river: bool = True,
 ) -> tuple[int, float]:
     """Tokens and seconds of decoding every prompt of `trace` with `length` choosing each
@@ -177,7 +178,7 @@ def replay(
             room = len(runs) - p - 1
             offers = {}
             if offered is not None and offered[p][1]:
-                offers[offered[p][0]] = offered[p][1]
+                offers[ngram_source(offered[p][0])] = offered[p][1]
             if river:
                 offers["river"] = length.max_draft
             if fixed is not None:
@@ -222,7 +223,7 @@ def summarize(
     ngrams = None
     if "ngram" in drafts:
         ngrams = [ngram_offers(prompt, *ngram_sizes, max_draft) for prompt in trace["prompts"]]
-    free = frozenset(f"ngram{n}" for n in range(ngram_sizes[0], ngram_sizes[1] + 1))
+    free = frozenset(ngram_source(n) for n in range(ngram_sizes[0], ngram_sizes[1] + 1))
 
     def rate(length: DraftLength, fixed: Optional[int] = None) -> float:
         n, s = replay(trace, costs, length, fixed, ngrams, river="river" in drafts)

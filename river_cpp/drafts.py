@@ -22,6 +22,16 @@ from river_cpp.sampling import Sampler
 from river_cpp.steps import prefill
 
 
+def ngram_source(n: int) -> str:
+    """The statistics' name of n-gram matches of n tokens offered at a round's start."""
+    return f"ngram{n}"
+
+
+def copy_source(n: int) -> str:
+    """The statistics' name of n-gram matches of n tokens a river round copied midway."""
+    return f"copy{n}"
+
+
 class Proposal:
     """What a source drafted in one round: tokens, the forwards it ran, and `spans`:
     which source proposed which run of the tokens, in order, as (name, count). A
@@ -139,9 +149,9 @@ class RiverDraft(_ForwardDraft):
         if self.copies is None or not proposal.tokens:  # the round's first token: chosen already
             return False
         tokens, n = self.copies.index.propose(k - len(proposal.tokens), tail=proposal.tokens)
-        if not tokens or not self.copy_pays(f"copy{n}", len(tokens)):
+        if not tokens or not self.copy_pays(copy_source(n), len(tokens)):
             return False
-        proposal.add(f"copy{n}", tokens)
+        proposal.add(copy_source(n), tokens)
         return True
 
     def _forward(self, ids: Sequence[int]) -> np.ndarray:
@@ -199,7 +209,7 @@ class NgramDraft:
         return len(self._proposed)
 
     def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
-        return Proposal(self._proposed[:k], f"ngram{self.last_n}")
+        return Proposal(self._proposed[:k], ngram_source(self.last_n))
 
     def keep(self, history: Sequence[int]) -> None:
         self.index.extend(history[len(self.index.tokens) :])

@@ -28,7 +28,7 @@ import numpy as np
 
 from river_cpp.acceptance import Distribution, verify_drafts
 from river_cpp.draft_length import PLAIN, DraftLength, drafts_by_source
-from river_cpp.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft
+from river_cpp.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft, ngram_source
 from river_cpp.language_model import LanguageModel
 from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.policy import ExitPolicy
@@ -189,7 +189,7 @@ def _sources(model: LanguageModel, spec: Speculative, lengths: DraftLength) -> d
 
 def _offer_name(name: str, source: Draft) -> str:
     """The name drafting statistics are kept under: n-gram matches per size."""
-    return f"ngram{source.last_n}" if isinstance(source, NgramDraft) else name
+    return ngram_source(source.last_n) if isinstance(source, NgramDraft) else name
 
 
 # What each model has learned of its drafts' costs and acceptance, kept from one
@@ -201,7 +201,7 @@ _MAX_LEARNED_PER_MODEL = 16
 
 
 def _new_length(spec: Speculative, adaptive: bool) -> DraftLength:
-    free = frozenset(f"ngram{n}" for n in range(spec.ngram_min, spec.ngram_max + 1))
+    free = frozenset(ngram_source(n) for n in range(spec.ngram_min, spec.ngram_max + 1))
     return DraftLength(spec.max_draft, adaptive=adaptive, free_sources=free)
 
 
