@@ -202,6 +202,9 @@ def replay(
                     source=source if k else None,
                     spans=spans,
                 )
+                offer = ngram_source(offered[p][0]) if offered is not None and offered[p][1] else ""
+                if offer and offer != source:  # scored against the emitted tokens, as the loop does
+                    length.observe_unused(offer, offered[p][1], offered[p][2], accepted + 1)
             p += accepted + 1
             tokens += accepted + 1
             seconds += draft_s + verify_s

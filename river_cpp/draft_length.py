@@ -11,6 +11,11 @@ back to plain decoding, trying a one-token draft now and then to notice when
 drafting pays again. Each probe that finds it still does not pay doubles the wait
 before the next: a probe costs more than the plain step it replaces, and on a model
 where drafting never pays, steady probing alone cost 3-4% of its speed.
+
+A free source (an n-gram match) needs neither probes nor a first trial: the tokens a
+round emits are the backbone's whatever drafted them, so an offer the round did not
+use is scored against them for nothing (observe_unused), and its estimate follows the
+text every round.
 """
 
 from __future__ import annotations
@@ -126,6 +131,24 @@ class SourceEstimate:
         self.drafted_round = round_
 
 
+def unused_offer_tested(proposed: int, agreeing: int, emitted: int) -> tuple[int, int]:
+    """(offered, accepted) of an offer no round drafted: `proposed` tokens whose first
+    `agreeing` equal the tokens the round emitted, `emitted` of them. Each emitted
+    token tests the offer's token at its position as a verify would have (a drafted
+    token is kept exactly when it is the token the backbone emits there, greedy or
+    sampled: river_cpp.acceptance), up to the first disagreement; offer tokens past
+    the emitted ones are untested.
+
+    >>> unused_offer_tested(8, 2, 5)  # the third token disagreed
+    (3, 2)
+    >>> unused_offer_tested(8, 1, 1)  # a plain round tests one token
+    (1, 1)
+    """
+    known = min(proposed, emitted)
+    accepted = min(agreeing, known)
+    return accepted + (1 if accepted < known else 0), accepted
+
+
 def drafts_by_source(spans: Sequence[tuple[str, int]], n_accepted: int) -> dict[str, tuple[int, int]]:
     """source -> (offered, accepted) of one round whose drafts came in `spans` (source,
     count) and whose first n_accepted drafts were kept: each drafted token up to the
@@ -173,8 +196,9 @@ class DraftLength:
     _RETIME_EVERY = 32
 
     def __init__(self, max_draft: int, adaptive: bool, *, free_sources: frozenset[str] = frozenset()) -> None:
-        """free_sources: sources whose drafting costs nothing worth timing before their
-        first round (n-gram lookups): they need no first measuring draft."""
+        """free_sources: sources whose drafting costs nothing worth timing (n-gram
+        lookups): they need no first measuring draft and no probes (observe_unused
+        scores the offers a round does not draft)."""
         self.max_draft = max_draft
         self.adaptive = adaptive
         self.free_sources = free_sources
@@ -213,14 +237,7 @@ class DraftLength:
         if self.verify.timings(1) < self._TRUSTED_TIMINGS:
             return self._plain()  # the cost of one backbone token, which estimates rest on
         for source, limit in offers.items():
-            estimate = self.estimate(source)
-            if source in self.free_sources and not estimate.drafted_round:
-                # Its acceptance, measured: at the prior a free match loses to a river
-                # accepted 97% of the time, so it would never be tried (on the 0.5B's
-                # grounded prompts the river then drafted one token per round and copied
-                # the 3-gram matches behind it: a forward per round for nothing).
-                return source, limit
-            if source not in self.free_sources and not estimate.draft:
+            if source not in self.free_sources and not self.estimate(source).draft:
                 return source, min(self._FIRST_DRAFT, limit)  # its cost, measured
         (source, k), closest = self._best(offers)
         if k > 0 and self._rounds - self._timed_one_round > self._RETIME_EVERY:
@@ -232,9 +249,11 @@ class DraftLength:
         if self._plain_rounds >= self._probe_every:
             self._plain_rounds = 0
             self._probe_every = min(2 * self._probe_every, self._PROBE_EVERY_MAX)
-            # The source closest to paying: probing whichever was offered first let a
-            # river whose estimate had sunk go unprobed while n-gram matches were offered.
-            return closest, 1
+            # The costly source closest to paying (free ones are scored every round
+            # without drafting): probing whichever was offered first let a river whose
+            # estimate had sunk go unprobed while n-gram matches were offered.
+            if closest:
+                return closest, 1
         return PLAIN, 0
 
     def _plain(self) -> tuple[str, int]:
@@ -242,7 +261,8 @@ class DraftLength:
 
     def _best(self, offers: Mapping[str, int]) -> tuple[tuple[str, int], str]:
         """The (source, k) with the most tokens per second (PLAIN, 0 unless one beats
-        plain decoding by _MIN_GAIN), and the drafting source that came closest."""
+        plain decoding by _MIN_GAIN), and the costly source that came closest ("" if
+        none was offered)."""
         verify = self.verify.costs(range(1, self.max_draft + 2))
         best: tuple[str, int] = (PLAIN, 0)
         best_rate = (1.0 + self._MIN_GAIN) / verify[1]
@@ -258,7 +278,7 @@ class DraftLength:
                 rate = (1 + expected_accepted(estimate.acceptance, k)) / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
-                if rate > closest_rate:
+                if rate > closest_rate and source not in self.free_sources:
                     closest, closest_rate = source, rate
         self._rate = best_rate
         return best, closest
@@ -274,6 +294,12 @@ class DraftLength:
             return True
         lost = expected_accepted(river.acceptance, n) - expected_accepted(match.acceptance, n)
         return lost <= self._rate * n * median(river.draft)
+
+    def observe_unused(self, source: str, proposed: int, agreeing: int, emitted: int) -> None:
+        """Score a free source's offer that this round did not draft against the
+        tokens the round emitted (unused_offer_tested); call after observe()."""
+        offered, accepted = unused_offer_tested(proposed, agreeing, emitted)
+        self.estimate(source).observe(self._rounds, offered, accepted, 0.0, 0)
 
     def observe(
         self,

@@ -190,14 +190,14 @@ class ModelDraft(_ForwardDraft):
 class NgramDraft:
     """The context's own continuation: after the last n tokens (n_max down to n_min),
     the tokens that followed their most recent earlier occurrence. Deterministic, and
-    free next to a forward. `last_n` is the size of the n-gram the last available()
-    matched (drafting statistics are kept per size: a 3-gram match is a better bet
-    than a 1-gram one)."""
+    free next to a forward. After available(): `offer`, the tokens it found, and
+    `last_n`, the size of the n-gram they follow (drafting statistics are kept per
+    size: a 3-gram match is a better bet than a 1-gram one)."""
 
     def __init__(self, n_min: int, n_max: int) -> None:
         self._n_min, self._n_max = n_min, n_max
         self.index = NgramIndex(n_min, n_max)
-        self._proposed: list[int] = []
+        self.offer: list[int] = []
         self.last_n = 0
 
     def begin(self, history: Sequence[int]) -> None:
@@ -205,11 +205,11 @@ class NgramDraft:
         self.index.extend(history)
 
     def available(self, history: Sequence[int], max_tokens: int) -> int:
-        self._proposed, self.last_n = self.index.propose(max_tokens)
-        return len(self._proposed)
+        self.offer, self.last_n = self.index.propose(max_tokens)
+        return len(self.offer)
 
     def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
-        return Proposal(self._proposed[:k], ngram_source(self.last_n))
+        return Proposal(self.offer[:k], ngram_source(self.last_n))
 
     def keep(self, history: Sequence[int]) -> None:
         self.index.extend(history[len(self.index.tokens) :])

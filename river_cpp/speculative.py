@@ -227,6 +227,16 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
 # ---------------------------------------------------------------- the loop
 
 
+def _agreeing(offer: Sequence[int], emitted: Sequence[int]) -> int:
+    """How many leading tokens of `offer` equal the tokens emitted."""
+    n = 0
+    for a, b in zip(offer, emitted):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 def _target(sampler: Sampler, logits: np.ndarray, history: list[int], drafts: list[int], j: int) -> Distribution:
     """The backbone's sampling distribution at draft position j of a verify."""
     return sampler.distribution(logits[j], history + drafts[:j])
@@ -305,6 +315,9 @@ def speculative_step(
         stats.draft_seconds += drafted_at - began
         stats.verify_seconds += verified_at - drafted_at
         stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
+        for offer, source in named.items():
+            if offer != chosen and isinstance(source, NgramDraft):
+                lengths.observe_unused(offer, len(source.offer), _agreeing(source.offer, new), len(new))
         history += new
         for source in sources.values():
             source.keep(history)

@@ -1,7 +1,7 @@
 """The portfolio: each round the draft source with the most expected tokens per second,
 from each source's own acceptance and cost and the shared verify costs."""
 
-from river_cpp.draft_length import PLAIN, DraftLength, drafts_by_source
+from river_cpp.draft_length import PLAIN, DraftLength, drafts_by_source, unused_offer_tested
 
 FREE = frozenset({"ngram3"})
 
@@ -19,6 +19,10 @@ def _round(length: DraftLength, offers: dict, *, accepted: dict, draft_cost: dic
         draft_forwards=0 if source in length.free_sources else k,
         source=source if k else None,
     )
+    for offer, limit in offers.items():  # the free offers not drafted, scored as the loop does
+        if offer != source and offer in length.free_sources:
+            agreeing = int(round(accepted.get(offer, 0.0) * limit))
+            length.observe_unused(offer, limit, agreeing, n_accepted + 1)
     return source, k
 
 
@@ -100,3 +104,28 @@ def test_a_probe_drafts_from_the_source_closest_to_paying():
     ]
     assert ("river", 1) in chosen, chosen
     assert chosen[-1][0] == "river"  # and, once probed, it drafts again
+
+
+def test_an_unused_offer_is_tested_up_to_its_first_disagreement_with_the_emitted_tokens():
+    assert unused_offer_tested(8, 2, 5) == (3, 2)  # the third token disagreed
+    assert unused_offer_tested(8, 5, 5) == (5, 5)  # past the emitted tokens: untested
+    assert unused_offer_tested(3, 3, 6) == (3, 3)
+    assert unused_offer_tested(8, 0, 1) == (1, 0)  # a plain round tests one token
+    assert unused_offer_tested(8, 1, 1) == (1, 1)
+
+
+def test_a_free_source_is_learned_without_drafting_it():
+    """N-gram offers are scored against the emitted tokens while the river drafts:
+    one that agrees takes over with no trial round, and one that never agrees is
+    not drafted after its first offer, not even as a probe."""
+    length = DraftLength(8, adaptive=True, free_sources=frozenset({"ngram3", "ngram1"}))
+    for _ in range(20):
+        _round(length, {"river": 8}, accepted={"river": 0.9}, draft_cost={"river": 0.35})
+    good = [
+        _round(length, {"ngram3": 8, "river": 8}, accepted={"ngram3": 1.0, "river": 0.9}, draft_cost={"river": 0.35})
+        for _ in range(10)
+    ]
+    assert good[-1] == ("ngram3", 8)
+    bad = [_round(length, {"ngram1": 8}, accepted={"ngram1": 0.0}, draft_cost={}) for _ in range(300)]
+    assert all(k == 0 for _, k in bad[1:]), [c for c in bad if c[1]]  # the first offer: at the prior
+    assert length.estimate("ngram1").acceptance < 0.05
