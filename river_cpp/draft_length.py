@@ -100,8 +100,8 @@ class VerifyCosts:
 class SourceEstimate:
     """One draft source's running acceptance and cost per drafted token."""
 
-    _DECAY = 0.9  # weight of the past in the running acceptance, per drafting round
-    _PLAIN_DECAY = 0.97  # ... and per round the source did not draft
+    _DECAY = 0.9  # weight of the past in the running acceptance, per round that scored its drafts
+    _PLAIN_DECAY = 0.97  # ... and per round that did not
     _WINDOW = 9
     _PRIOR_ACCEPTANCE = 0.7
 
@@ -109,7 +109,7 @@ class SourceEstimate:
         self._accepted = self._PRIOR_ACCEPTANCE  # decayed counts of accepted / offered drafts
         self._offered = 1.0
         self.draft: deque[float] = deque(maxlen=self._WINDOW)  # seconds per drafted token
-        self.drafted_round = 0  # the last round it drafted
+        self.scored_round = 0  # the last round that scored its drafts (0: none yet)
 
     @property
     def acceptance(self) -> float:
@@ -125,10 +125,10 @@ class SourceEstimate:
         # slowly, or one accepted probe alone sets the estimate near 1 and the next round
         # drafts 8 tokens (on the demo model, where drafting never pays, that cost it
         # several percent of its speed; docs/results.md, "Lossless River").
-        fade = self._DECAY * self._PLAIN_DECAY ** max(round_ - self.drafted_round - 1, 0)
+        fade = self._DECAY * self._PLAIN_DECAY ** max(round_ - self.scored_round - 1, 0)
         self._accepted = fade * self._accepted + accepted
         self._offered = fade * self._offered + offered
-        self.drafted_round = round_
+        self.scored_round = round_
 
 
 def unused_offer_tested(proposed: int, agreeing: int, emitted: int) -> tuple[int, int]:
@@ -272,6 +272,8 @@ class DraftLength:
         closest, closest_rate = "", 0.0
         for source, limit in offers.items():
             estimate = self.estimate(source)
+            if source in self.free_sources and not estimate.scored_round:
+                continue  # scored this round for nothing (observe_unused): no bet on the prior
             draft_seconds = median(estimate.draft) if estimate.draft else 0.0
             for k in range(1, min(limit, explore) + 1):
                 # the kept drafts and the backbone's own token after them
