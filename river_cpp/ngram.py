@@ -23,7 +23,7 @@ class NgramIndex:
     >>> index = NgramIndex(1, 2)
     >>> index.extend([5, 6, 7, 5, 6])
     >>> index.propose(4)
-    ([7, 5, 6], 2)
+    ([7, 5, 6, 7], 2)
     """
 
     def __init__(self, n_min: int = DEFAULT_NGRAM_MIN, n_max: int = DEFAULT_NGRAM_MAX) -> None:
@@ -43,13 +43,26 @@ class NgramIndex:
             self.tokens.append(int(token))
 
     def propose(self, max_tokens: int, tail: Sequence[int] = ()) -> tuple[list[int], int]:
-        """Up to `max_tokens` tokens that followed the most recent earlier occurrence of
-        the longest n-gram (n_max down to n_min) the context ends with, and that n;
-        ([], 0) if none matches. `tail`: tokens not in the context yet (a draft's own)
-        that the n-gram ends with, after the context's."""
+        """`max_tokens` tokens that followed the most recent earlier occurrence of the
+        longest n-gram (n_max down to n_min) the context ends with, and that n; ([], 0)
+        if none matches. `tail`: tokens not in the context yet (a draft's own) that the
+        n-gram ends with, after the context's.
+
+        A continuation that runs into the present repeats itself, as an overlapping
+        copy does: after [5, 6, 7, 5, 6] the match (5, 6) proposes 7, 5, 6, 7, ...
+        (text that loops, a list's repeated structure; stopping there proposed one or
+        two tokens a round where the output repeated a short cycle)."""
         recent = self.tokens[max(len(self.tokens) - self.n_max, 0) :] + list(tail)
         for n in range(min(self.n_max, len(recent)), self.n_min - 1, -1):
             start = self._ends[n].get(tuple(recent[len(recent) - n :]))
             if start is not None:
-                return self.tokens[start : start + max_tokens], n
+                return self._continuation(start, max_tokens, tail), n
         return [], 0
+
+    def _continuation(self, start: int, max_tokens: int, tail: Sequence[int]) -> list[int]:
+        """max_tokens tokens from position `start` of the context followed by `tail`,
+        repeating the span from `start` to the end once it is used up."""
+        if start + max_tokens <= len(self.tokens):
+            return self.tokens[start : start + max_tokens]
+        known = self.tokens[start:] + list(tail)  # a short span: start is near the end
+        return [known[i % len(known)] for i in range(max_tokens)]

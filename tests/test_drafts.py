@@ -48,13 +48,11 @@ def test_a_river_round_copies_a_match_it_reaches():
     assert proposal.tokens == [2, 3, 4, 1]
     assert proposal.spans == [("river", 1), ("copy2", 3)]
     assert proposal.forwards == 1
-    # Then (1,) matches again; where a 1-gram does not pay, the river drafts on.
-    proposal, model = _draft([1, 2, 3, 4, 1], token=2, k=5, copy_pays=lambda name, n: name != "copy1")
-    assert proposal.tokens == [2, 3, 4, 1, 2]
-    assert proposal.spans == [("river", 1), ("copy2", 3), ("river", 1)]
-    assert proposal.forwards == 2
-    # The second forward feeds the copied tokens and the river's own first one at once.
-    assert model.fed == [[1], [2, 3, 4, 1]]
+    # A longer round: the copy runs into the present and repeats the span (2, 3, 4, 1).
+    proposal, model = _draft([1, 2, 3, 4, 1], token=2, k=7)
+    assert proposal.tokens == [2, 3, 4, 1, 2, 3, 4]
+    assert proposal.spans == [("river", 1), ("copy2", 6)]
+    assert model.fed == [[1]]  # one forward: the copy needs none
 
 
 def test_a_copy_that_does_not_pay_is_drafted_by_the_river():

@@ -30,10 +30,14 @@ def test_no_match_proposes_nothing():
     assert NgramIndex().propose(4) == ([], 0)
 
 
-def test_a_proposal_stops_at_the_end_of_the_context():
+def test_a_continuation_that_reaches_the_present_repeats_itself():
     index = NgramIndex(1, 2)
     index.extend([1, 2, 1])
-    assert index.propose(8) == ([2, 1], 1)
+    assert index.propose(5) == ([2, 1, 2, 1, 2], 1)  # the cycle (2, 1), as an overlapping copy
+    index.extend([5, 6, 7, 5, 6])
+    assert index.propose(4) == ([7, 5, 6, 7], 2)
+    # through a draft's own tokens: (6, 7) occurred before 5; then 5, 6, 7, then the cycle again
+    assert index.propose(6, tail=[7]) == ([5, 6, 7, 5, 6, 7], 2)
 
 
 def test_a_tail_not_in_the_context_extends_the_ngram():
