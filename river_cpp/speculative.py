@@ -26,7 +26,7 @@ from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.acceptance import Distribution, verify_drafts
+from river_cpp.acceptance import Distribution, common_prefix, verify_drafts
 from river_cpp.draft_length import PLAIN, DraftLength, drafts_by_source
 from river_cpp.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft, ngram_source
 from river_cpp.language_model import LanguageModel
@@ -227,16 +227,6 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
 # ---------------------------------------------------------------- the loop
 
 
-def _agreeing(offer: Sequence[int], emitted: Sequence[int]) -> int:
-    """How many leading tokens of `offer` equal the tokens emitted."""
-    n = 0
-    for a, b in zip(offer, emitted):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
 def _target(sampler: Sampler, logits: np.ndarray, history: list[int], drafts: list[int], j: int) -> Distribution:
     """The backbone's sampling distribution at draft position j of a verify."""
     return sampler.distribution(logits[j], history + drafts[:j])
@@ -317,7 +307,7 @@ def speculative_step(
         stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
         for offer, source in named.items():
             if offer != chosen and isinstance(source, NgramDraft):
-                lengths.observe_unused(offer, len(source.offer), _agreeing(source.offer, new), len(new))
+                lengths.observe_unused(offer, len(source.offer), common_prefix(source.offer, new), len(new))
         history += new
         for source in sources.values():
             source.keep(history)

@@ -6,7 +6,7 @@ rejection is distributed as p without x."""
 import numpy as np
 import pytest
 
-from river_cpp.acceptance import sample, verify_drafts
+from river_cpp.acceptance import common_prefix, sample, verify_drafts
 
 
 def dist(probs: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -68,3 +68,10 @@ def test_greedy_targets_keep_exactly_their_argmax():
     greedy = (np.array([5]), np.ones(1))
     assert verify_drafts([5, 5], lambda j: greedy, [0.3, 0.9, 0.1]) == (2, 5)
     assert verify_drafts([6, 5], lambda j: greedy, [0.3, 0.9, 0.1]) == (0, 5)
+
+
+def test_an_offer_keeps_its_tokens_up_to_the_first_that_differs_from_the_emitted_ones():
+    assert common_prefix([3, 1, 4, 1], [3, 1, 5]) == 2
+    assert common_prefix([3, 1], [3, 1, 4]) == 2  # the emitted tokens reach past the offer
+    assert common_prefix([2], [3]) == 0
+    assert common_prefix([], [1]) == 0

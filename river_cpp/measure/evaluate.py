@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
+from river_cpp.acceptance import common_prefix
 from river_cpp.generation import generate_step
 from river_cpp.language_model import LanguageModel
 from river_cpp.policy import ExitPolicy
@@ -268,12 +269,7 @@ def greedy_tokens(
 
 def tokens_until_divergence(reference: Sequence[int], other: Sequence[int]) -> int:
     """Length of the common prefix of two greedy continuations."""
-    n = 0
-    for a, b in zip(reference, other):
-        if a != b:
-            break
-        n += 1
-    return n
+    return common_prefix(reference, other)
 
 
 def backbone_reference(model: RiverModel, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], ForcedRun]:
