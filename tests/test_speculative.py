@@ -19,7 +19,7 @@ import pytest
 
 from river_cpp import ExitPolicy, RiverModel, Speculative
 from river_cpp.sampling import Sampler, SamplingParams
-from river_cpp.speculative import DraftLength, draft_length_for
+from river_cpp.speculative import DraftLength, draft_length_for, speculative_step
 
 PROMPT = "The quick brown fox"
 N_CTX = 128
@@ -513,3 +513,61 @@ def test_river_draft_needs_a_river(tiny_llama):
 def test_speculative_option_type(model):
     with pytest.raises(TypeError, match="speculative"):
         model.generate(PROMPT, max_tokens=4, speculative="yes")
+
+
+class _SuccessorModel:
+    """Stands in for a backbone whose every position predicts successor[token]: greedy
+    decoding follows that chain, and a verify scores drafts at every position."""
+
+    n_ctx, n_layer, n_threads, has_river = 256, 2, 1, False
+    policy = ExitPolicy.never()
+
+    def __init__(self, successor: dict[int, int], n_vocab: int = 16) -> None:
+        self.successor, self.n_vocab, self.n_past = successor, n_vocab, 0
+        self.last_exit_layers = np.zeros(0, dtype=np.int32)
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    def rewind(self, n_past: int) -> None:
+        self.n_past = n_past
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        pass
+
+    def cached_prefix(self, ids, *, route="prompt", policy=None) -> int:
+        return 0
+
+    def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None) -> np.ndarray:
+        self.n_past += len(ids)
+        self.last_exit_layers = np.full(len(ids), self.n_layer, dtype=np.int32)
+        logits = np.zeros((len(ids), self.n_vocab), dtype=np.float32)
+        logits[np.arange(len(ids)), [self.successor[int(t)] for t in ids]] = 1.0
+        return logits[-1:] if last_only else logits
+
+
+def test_ngram_offers_a_round_did_not_draft_are_scored_against_its_emitted_tokens(monkeypatch):
+    """The adaptive controller scores the n-gram offers it does not draft against the
+    tokens each round emitted (DraftLength.observe_unused), for free. The prompt
+    1 2 3 4 5 1 2 3 repeats itself; the backbone goes on 4 5 9 10 11 ... A new
+    controller decodes its first rounds plainly (to time them), so those rounds' offers
+    go undrafted and are scored."""
+    scored = []
+    observe_unused = DraftLength.observe_unused
+
+    def spy(self, source, proposed, agreeing, emitted):
+        scored.append((source, proposed, agreeing, emitted))
+        observe_unused(self, source, proposed, agreeing, emitted)
+
+    monkeypatch.setattr(DraftLength, "observe_unused", spy)
+    chain = {1: 2, 2: 3, 3: 4, 4: 5, 5: 9, 9: 10, 10: 11, 11: 12, 12: 13, 13: 14, 14: 15, 15: 15}
+    model = _SuccessorModel(chain)
+    prompt = [1, 2, 3, 4, 5, 1, 2, 3]
+    steps = speculative_step(model, prompt, Sampler(SamplingParams(temperature=0.0)), Speculative(draft="ngram"))
+    tokens = [step.token for _, step in zip(range(6), steps)]
+    assert tokens == [4, 5, 9, 10, 11, 12]
+    # Round 1, after the first token 4: (2, 3, 4) occurred before 5 1 2 3 4, offered as
+    # 8 tokens (repeating), and the plain round emits 5: one agrees. Round 2, after
+    # (3, 4, 5), offers 1 2 3 4 5 ... and emits 9: none agrees.
+    assert scored[0] == ("ngram3", 8, 1, 1)
+    assert scored[1] == ("ngram3", 8, 0, 1)
