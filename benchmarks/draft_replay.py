@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from river_cpp import ExitPolicy, RiverModel
+from river_cpp.acceptance import common_prefix
 from river_cpp.draft_length import DraftLength
 from river_cpp.drafts import copy_source, ngram_source
 from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
@@ -94,9 +95,7 @@ def ngram_offers(prompt: dict, n_min: int, n_max: int, max_draft: int) -> list[t
     offers = []
     for p in range(first, first + len(prompt["runs"])):
         proposal, n = index.propose(max_draft)
-        run = 0
-        while run < len(proposal) and p + 1 + run < len(tokens) and proposal[run] == tokens[p + 1 + run]:
-            run += 1
+        run = common_prefix(proposal, tokens[p + 1 : p + 1 + len(proposal)])
         offers.append((n if proposal else 0, len(proposal), run))
         index.extend(tokens[p + 1 : p + 2])
     return offers
@@ -177,8 +176,9 @@ def replay(
         while p < len(runs):
             room = len(runs) - p - 1
             offers = {}
-            if offered is not None and offered[p][1]:
-                offers[ngram_source(offered[p][0])] = offered[p][1]
+            offer = ngram_source(offered[p][0]) if offered is not None and offered[p][1] else ""
+            if offer:
+                offers[offer] = offered[p][1]
             if river:
                 offers["river"] = length.max_draft
             if fixed is not None:
@@ -202,7 +202,6 @@ def replay(
                     source=source if k else None,
                     spans=spans,
                 )
-                offer = ngram_source(offered[p][0]) if offered is not None and offered[p][1] else ""
                 if offer and offer != source:  # scored against the emitted tokens, as the loop does
                     length.observe_unused(offer, offered[p][1], offered[p][2], accepted + 1)
             p += accepted + 1
