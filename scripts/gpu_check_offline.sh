@@ -328,13 +328,14 @@ def random_ids(model, n: int, seed: int) -> list[int]:
     return [int(t) for t in rng.integers(0, min(model.n_vocab, 151643), n)]
 
 
-def median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def benchmark_costs():
+    """benchmarks/speculative.py's verify_costs and draft_cost, which time the CPU
+    figures the same way (the benchmarks folder is no package: it is found from the
+    working folder, the repository's root)."""
+    sys.path.insert(0, str(Path.cwd() / "benchmarks"))
+    import speculative
+
+    return speculative.verify_costs, speculative.draft_cost
 
 
 # ---------------------------------------------------------------- parity
@@ -481,17 +482,9 @@ def cmd_speed(args) -> None:
 
     # verify cost V(n)/V(1), n = 1..max_verify, after a context, rewinding each time
     context = random_ids(model, args.n_context, seed=3)
-    model.reset()
-    model.forward(context, route="backbone")
-    base_n = model.n_past
-
-    def verify(n: int) -> None:
-        model.forward(context[1 : n + 1], route="backbone")
-        model.rewind(base_n)
-
-    for n in range(1, args.max_verify + 1):  # warm every shape
-        verify(n)
-    costs = {n: median_seconds(lambda n=n: verify(n), args.repeats) for n in range(1, args.max_verify + 1)}
+    verify_costs, _ = benchmark_costs()
+    verify_costs(model, context, args.max_verify, 1)  # warm every shape
+    costs = verify_costs(model, context, args.max_verify, args.repeats)
     figures["verify_seconds"] = costs
     figures["verify_ratio"] = {n: t / costs[1] for n, t in costs.items()}
     figures["backbone_token_ms"] = 1e3 * costs[1]
@@ -541,7 +534,7 @@ def cmd_river(args) -> None:
     """Build the river (iq4_nl, q4_0 head) from the random F16 backbone, then one
     drafted token's cost (a single-token forward on the whole river and its head)
     relative to one backbone token, and lossless river+ngram decoding against plain."""
-    from river_cpp import ExitPolicy, Speculative
+    from river_cpp import Speculative
 
     from river_cpp import RiverModel
 
@@ -553,22 +546,11 @@ def cmd_river(args) -> None:
     say(f"river {args.river} (head {args.river_head}) built in {build:.1f}s on {args.build_threads} threads")
     model = load_ours(args.model, args, river=args.river, river_head=args.river_head)
     context = random_ids(model, args.n_context, seed=3)
-    model.reset()
-    model.forward(context, route="backbone")
-    base_n = model.n_past
-
-    def backbone() -> None:
-        model.forward(context[:1], last_only=True, route="backbone")
-        model.rewind(base_n)
-
-    def draft() -> None:
-        model.forward(context[:1], last_only=True, route="decode", policy=ExitPolicy.at_layer(0))
-        model.rewind(base_n)
-
-    for fn in (backbone, draft):
-        fn()
-    v1 = median_seconds(backbone, args.repeats)
-    d = median_seconds(draft, args.repeats)
+    verify_costs, draft_cost = benchmark_costs()
+    verify_costs(model, context, 1, 1)  # warm both shapes
+    draft_cost(model, context, None, 1)
+    v1 = verify_costs(model, context, 1, args.repeats)[1]
+    d = draft_cost(model, context, None, args.repeats)
     figures = {"river": args.river, "river_head": args.river_head, "build_seconds": build,
                "build_threads": args.build_threads,
                "backbone_token_ms": 1e3 * v1, "river_token_ms": 1e3 * d, "river_over_backbone": d / v1}
