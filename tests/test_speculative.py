@@ -563,7 +563,9 @@ def test_ngram_offers_a_round_did_not_draft_are_scored_against_its_emitted_token
     chain = {1: 2, 2: 3, 3: 4, 4: 5, 5: 9, 9: 10, 10: 11, 11: 12, 12: 13, 13: 14, 14: 15, 15: 15}
     model = _SuccessorModel(chain)
     prompt = [1, 2, 3, 4, 5, 1, 2, 3]
-    steps = speculative_step(model, prompt, Sampler(SamplingParams(temperature=0.0)), Speculative(draft="ngram", ngram_max=3))
+    steps = speculative_step(
+        model, prompt, Sampler(SamplingParams(temperature=0.0)), Speculative(draft="ngram", ngram_max=3)
+    )
     tokens = [step.token for _, step in zip(range(6), steps)]
     assert tokens == [4, 5, 9, 10, 11, 12]
     # Round 1, after the first token 4: (2, 3, 4) occurred before 5 1 2 3 4, offered as
