@@ -16,6 +16,13 @@ A free source (an n-gram match) needs neither probes nor a first trial: the toke
 round emits are the backbone's whatever drafted them, so an offer the round did not
 use is scored against them for nothing (observe_unused), and its estimate follows the
 text every round.
+
+The estimates are too high exactly when they are acted on: a round drafts because an
+estimate is high, and it is high as often by luck (one accepted probe) as by the text.
+Where drafting barely pays even at full acceptance, that alone made it lose, so each
+source also has a loss budget: it drafts only while its rounds' winnings against plain
+decoding, plus 1% of all the time spent, stay positive. A source that pays keeps its
+budget full; one that never does costs at most about 1% of the time.
 """
 
 from __future__ import annotations
@@ -50,6 +57,11 @@ class VerifyCosts:
     def timings(self, positions: int) -> int:
         """How many recent timings of `positions` there are."""
         return len(self._times.get(positions, ()))
+
+    def median(self, positions: int) -> float:
+        """The median of the recent timings of `positions` (0.0 if none)."""
+        times = self._times.get(positions)
+        return median(times) if times else 0.0
 
     @property
     def longest(self) -> int:
@@ -194,6 +206,14 @@ class DraftLength:
     # timings, and a drafting stretch re-times one position every _RETIME_EVERY rounds
     # (in replays, at most 0.5% of the speed where drafting pays).
     _RETIME_EVERY = 32
+    # A loss budget per source, in one-position verifies: a source may draft (or be
+    # probed) only while what its rounds won against plain decoding, plus a share of all
+    # the time spent, stays positive. Where drafting pays, the winnings keep it open;
+    # where it never does, exploring it costs at most _BUDGET_SHARE of the time (the
+    # demo model's estimates, too high exactly when acted on, lost it 3-5% on chat).
+    _BUDGET_SHARE = 0.01
+    _BUDGET_START = 8.0  # room for the first rounds of a new source
+    _BUDGET_MOST = 64.0  # winnings kept: a source that has paid may lose this much before it rests
 
     def __init__(self, max_draft: int, adaptive: bool, *, free_sources: frozenset[str] = frozenset()) -> None:
         """free_sources: sources whose drafting costs nothing worth timing (n-gram
@@ -204,6 +224,7 @@ class DraftLength:
         self.free_sources = free_sources
         self.verify = VerifyCosts()
         self.sources: dict[str, SourceEstimate] = {}
+        self.budget: dict[str, float] = {}  # source -> its loss budget (in one-position verifies)
         self._rounds = 0
         self._timed_one_round = 0  # the last round that verified one position
         self._plain_rounds = 0
@@ -229,6 +250,8 @@ class DraftLength:
         At most `room` tokens."""
         self._rounds += 1
         offers = {source: min(limit, self.max_draft, room) for source, limit in offers.items() if limit > 0}
+        if self.adaptive:
+            offers = {source: limit for source, limit in offers.items() if self._has_budget(source)}
         if not offers or room <= 0:
             return self._plain()
         if not self.adaptive:
@@ -297,6 +320,29 @@ class DraftLength:
         lost = expected_accepted(river.acceptance, n) - expected_accepted(match.acceptance, n)
         return lost <= self._rate * n * median(river.draft)
 
+    def _has_budget(self, source: str) -> bool:
+        return self.budget.get(source, self._BUDGET_START) > 0
+
+    def _charge(self, source: str, n_drafted: int, n_accepted: int, seconds: float) -> None:
+        """Every budget earns its share of the round's time; a drafting round's source
+        is charged what its tokens fell short of the plain steps its cost would buy.
+        The cost is the one decisions use (median draft, the verify curve), not the
+        round's own timing: the time was predicted right where the estimates were
+        not, and one stalled verify must not rest a source that pays."""
+        one = self.verify.median(1)
+        if not one:
+            return
+        for name in self.budget:
+            self.budget[name] += self._BUDGET_SHARE * seconds / one
+        if n_drafted:
+            draft = self.estimate(source).draft
+            cost = (
+                n_drafted * (median(draft) if draft else 0.0)
+                + self.verify.costs(range(n_drafted + 1, n_drafted + 2))[n_drafted + 1]
+            )
+            budget = self.budget.get(source, self._BUDGET_START) + n_accepted + 1 - cost / one
+            self.budget[source] = min(budget, self._BUDGET_MOST)
+
     def observe_unused(self, source: str, proposed: int, agreeing: int, emitted: int) -> None:
         """Score a free source's offer that this round did not draft against the
         tokens the round emitted (unused_offer_tested); call after observe()."""
@@ -320,6 +366,7 @@ class DraftLength:
         self.verify.observe(n_drafted + 1, verify_seconds)
         if not n_drafted:
             self._timed_one_round = self._rounds
+            self._charge(PLAIN, 0, 0, draft_seconds + verify_seconds)
             return
         source = source or "river"
         for name, (offered, accepted) in drafts_by_source(spans or [(source, n_drafted)], n_accepted).items():
@@ -327,3 +374,4 @@ class DraftLength:
             self.estimate(name).observe(
                 self._rounds, offered, accepted, draft_seconds if timed else 0.0, draft_forwards if timed else 0
             )
+        self._charge(source, n_drafted, n_accepted, draft_seconds + verify_seconds)

@@ -129,3 +129,45 @@ def test_a_free_source_is_learned_without_drafting_it():
     bad = [_round(length, {"ngram1": 8}, accepted={"ngram1": 0.0}, draft_cost={}) for _ in range(300)]
     assert all(k == 0 for _, k in bad), [c for c in bad if c[1]]  # the first offer too: no bet on the prior
     assert length.estimate("ngram1").acceptance < 0.05
+
+
+def _lost_to_bets_that_fail(length: DraftLength, rounds: int) -> tuple[float, float]:
+    """(time lost against plain decoding, time spent) over `rounds` rounds of a river
+    on the demo model's costs (a drafted token 0.45 of a plain step, a verify of 2
+    positions 1.9, each further position 0.2), whose one-token drafts are always kept
+    and whose longer ones never past the first: each accepted probe makes its estimate
+    look good, and the next round loses."""
+    lost = spent = 0.0
+    for _ in range(rounds):
+        source, k = length.choose(1000, {"river": 8})
+        draft, verify = 0.45 * k, 1 + 0.9 * min(k, 1) + 0.2 * max(k - 1, 0)  # a plain step costs 1
+        length.observe(
+            n_drafted=k,
+            n_accepted=min(k, 1),
+            draft_seconds=draft,
+            verify_seconds=verify,
+            draft_forwards=k,
+            source=source if k else None,
+        )
+        spent += draft + verify
+        if k:
+            lost += draft + verify - (min(k, 1) + 1)
+    return lost, spent
+
+
+def test_a_source_whose_bets_lose_costs_at_most_its_budget():
+    """Whatever its estimates say, a source that never pays loses at most its starting
+    budget, its share of the time, and two rounds' worth: the last round's overdraft,
+    and what the charges miss by using the decisions' cost curve, optimistic about
+    sizes verified fewer than three times."""
+    length = DraftLength(8, adaptive=True)
+    lost, spent = _lost_to_bets_that_fail(length, 3000)
+    one_round = 0.45 * 8 + 0.9 + 0.2 * 7 - 1  # the most a round of 8 drafts can lose
+    bound = DraftLength._BUDGET_START + DraftLength._BUDGET_SHARE * spent + 2 * one_round
+    assert 0 < lost <= bound
+
+    class Unbudgeted(DraftLength):
+        _BUDGET_START = float("inf")
+
+    unbudgeted, _ = _lost_to_bets_that_fail(Unbudgeted(8, adaptive=True), 3000)
+    assert unbudgeted > bound  # without the budget this case breaks the bound
