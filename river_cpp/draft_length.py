@@ -224,7 +224,7 @@ class DraftLength:
         self.free_sources = free_sources
         self.verify = VerifyCosts()
         self.sources: dict[str, SourceEstimate] = {}
-        self.budget: dict[str, float] = {}  # source -> its loss budget (in one-position verifies)
+        self.budget: dict[str, float] = {}  # costly source or "free" -> its loss budget (in one-position verifies)
         self._rounds = 0
         self._timed_one_round = 0  # the last round that verified one position
         self._plain_rounds = 0
@@ -320,8 +320,13 @@ class DraftLength:
         lost = expected_accepted(river.acceptance, n) - expected_accepted(match.acceptance, n)
         return lost <= self._rate * n * median(river.draft)
 
+    def _budget_of(self, source: str) -> str:
+        """The budget a source draws on: the free sources share one (each n-gram size
+        with a budget of its own would multiply the room given to new sources)."""
+        return "free" if source in self.free_sources else source
+
     def _has_budget(self, source: str) -> bool:
-        return self.budget.get(source, self._BUDGET_START) > 0
+        return self.budget.get(self._budget_of(source), self._BUDGET_START) > 0
 
     def _charge(self, source: str, n_drafted: int, n_accepted: int, seconds: float) -> None:
         """Every budget earns its share of the round's time; a drafting round's source
@@ -340,8 +345,9 @@ class DraftLength:
                 n_drafted * (median(draft) if draft else 0.0)
                 + self.verify.costs(range(n_drafted + 1, n_drafted + 2))[n_drafted + 1]
             )
-            budget = self.budget.get(source, self._BUDGET_START) + n_accepted + 1 - cost / one
-            self.budget[source] = min(budget, self._BUDGET_MOST)
+            name = self._budget_of(source)
+            budget = self.budget.get(name, self._BUDGET_START) + n_accepted + 1 - cost / one
+            self.budget[name] = min(budget, self._BUDGET_MOST)
 
     def observe_unused(self, source: str, proposed: int, agreeing: int, emitted: int) -> None:
         """Score a free source's offer that this round did not draft against the
