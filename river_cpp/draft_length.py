@@ -127,6 +127,11 @@ class SourceEstimate:
     def acceptance(self) -> float:
         return self._accepted / self._offered
 
+    @property
+    def evidence(self) -> float:
+        """How many tested tokens the acceptance rests on, faded (the prior counts 1)."""
+        return self._offered
+
     def observe(self, round_: int, offered: int, accepted: int, draft_seconds: float, forwards: int) -> None:
         """One round's drafts of this source: `offered` of them tested by the verify
         (the accepted ones, and the one rejected if the rejection fell on this source)."""
@@ -211,6 +216,11 @@ class DraftLength:
     # the time spent, stays positive. Where drafting pays, the winnings keep it open;
     # where it never does, exploring it costs at most _BUDGET_SHARE of the time (the
     # demo model's estimates, too high exactly when acted on, lost it 3-5% on chat).
+    # A free source is drafted only once its estimate rests on this many tested tokens
+    # (faded; the prior counts 1): waiting costs nothing, as its offers are scored every
+    # round anyway, while a bet on one agreeing token (an estimate of 0.86) drafted 4-6
+    # tokens that were all rejected, several times a run on the 1.5B Q8_0's chat.
+    _FREE_EVIDENCE = 3.0
     _BUDGET_SHARE = 0.01
     _BUDGET_START = 8.0  # room for the first rounds of a new source
     _BUDGET_MOST = 64.0  # winnings kept: a source that has paid may lose this much before it rests
@@ -295,8 +305,8 @@ class DraftLength:
         closest, closest_rate = "", 0.0
         for source, limit in offers.items():
             estimate = self.estimate(source)
-            if source in self.free_sources and not estimate.scored_round:
-                continue  # scored this round for nothing (observe_unused): no bet on the prior
+            if source in self.free_sources and estimate.evidence < self._FREE_EVIDENCE:
+                continue  # scored for nothing meanwhile (observe_unused): no bet on the prior or one token
             draft_seconds = median(estimate.draft) if estimate.draft else 0.0
             for k in range(1, min(limit, explore) + 1):
                 # the kept drafts and the backbone's own token after them

@@ -171,3 +171,17 @@ def test_a_source_whose_bets_lose_costs_at_most_its_budget():
 
     unbudgeted, _ = _lost_to_bets_that_fail(Unbudgeted(8, adaptive=True), 3000)
     assert unbudgeted > bound  # without the budget this case breaks the bound
+
+
+def test_a_free_source_is_drafted_only_on_several_tested_tokens():
+    """One agreeing token is no evidence to bet 8 drafts on, and waiting costs
+    nothing: the offers are scored every round anyway."""
+    length = DraftLength(8, adaptive=True, free_sources=FREE)
+    evidence_when_drafted = []
+    for _ in range(12):
+        evidence = length.estimate("ngram3").evidence
+        source, k = _round(length, {"ngram3": 8}, accepted={"ngram3": 1.0}, draft_cost={})
+        if k:
+            evidence_when_drafted.append(evidence)
+    assert evidence_when_drafted, "an offer that always agrees is drafted in the end"
+    assert min(evidence_when_drafted) >= DraftLength._FREE_EVIDENCE
