@@ -22,7 +22,7 @@ estimate is high, and it is high as often by luck (one accepted probe) as by the
 Where drafting barely pays even at full acceptance, that alone made it lose, so each
 source also has a loss budget: it drafts only while its rounds' winnings against plain
 decoding, plus 1% of all the time spent, stay positive. A source that pays keeps its
-budget full; one that never does costs at most about 1% of the time.
+budget full; one that never does costs about 1% of the time plus its starting budget.
 """
 
 from __future__ import annotations
