@@ -7,7 +7,7 @@ K token ids (`exit_vocab`, a view of the head's first rows), against the whole h
 a plain backbone step; medians, the sizes interleaved per repetition.
 
 Loss: the backbone's greedy tokens on the three prompt sets, and the share of them a
-K-row head could propose at all, for three choices of the rows:
+K-row head could propose at all, for four choices of the rows:
 - "first": the first K ids (what `exit_vocab` computes today);
 - "frequent": the K ids most frequent in a corpus that is none of the prompt sets (the
   Python standard library's sources, pydoc's topics first: text every Python install
@@ -15,8 +15,9 @@ K-row head could propose at all, for three choices of the rows:
 - "first+context", "frequent+context": those, and every token already in the context
   (a head that grows with the prompt and the output).
 A token outside the rows ends a draft, so coverage c turns a per-token acceptance a
-into at most a * c. The rows beyond the first K are not computed by this script: its
-cost column is the first-K view's, which costs what any K rows of the same type cost.
+into at most a * c. The cost column times the first-K view. Any other K rows of the
+same type would cost the same, and the context variants would add a matmul over the
+context's rows, which this script does not time.
 """
 
 from __future__ import annotations
