@@ -54,15 +54,15 @@ def corpus_counts(model: RiverModel) -> np.ndarray:
     return counts
 
 
-def coverage(runs: list[tuple[list[int], list[int]]], rows: set[int], first: int, with_context: bool) -> float:
-    """Share of the output tokens a head over `rows` (or over ids below `first`, when
-    rows is empty) could propose; with_context adds every token seen before it."""
+def coverage(runs: list[tuple[list[int], list[int]]], rows: set[int], with_context: bool) -> float:
+    """Share of the output tokens a head over `rows` could propose; with_context adds
+    every token seen before it."""
     hit = total = 0
     for prompt, output in runs:
         seen = set(prompt) if with_context else set()
         for token in output:
             total += 1
-            hit += (token in rows if rows else token < first) or token in seen
+            hit += token in rows or token in seen
             if with_context:
                 seen.add(token)
     return hit / max(total, 1)
@@ -118,11 +118,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             runs.append((model.tokenize(prompt, add_bos=True, special=True), list(result.token_ids)))
         covered[name] = {choice: {} for choice in ("first", "frequent", "first+context", "frequent+context")}
         for k in sizes:
-            rows = set(ranked[:k]) | end_ids
-            covered[name]["first"][k] = coverage(runs, set(), k, False)
-            covered[name]["frequent"][k] = coverage(runs, rows, k, False)
-            covered[name]["first+context"][k] = coverage(runs, set(), k, True)
-            covered[name]["frequent+context"][k] = coverage(runs, rows, k, True)
+            first, frequent = set(range(k)), set(ranked[:k]) | end_ids
+            covered[name]["first"][k] = coverage(runs, first, False)
+            covered[name]["frequent"][k] = coverage(runs, frequent, False)
+            covered[name]["first+context"][k] = coverage(runs, first, True)
+            covered[name]["frequent+context"][k] = coverage(runs, frequent, True)
         print(f"  {name} ({sum(len(o) for _, o in runs)} tokens), coverage by head rows:")
         for choice, by_size in covered[name].items():
             print(f"    {choice:17s} " + "  ".join(f"K={k}: {c:.3f}" for k, c in by_size.items()))
