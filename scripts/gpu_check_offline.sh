@@ -970,6 +970,29 @@ step_wheels() {
     export PATH="$SITE/bin:$PATH"
 }
 
+# shared_libstdcxx_compiler: the first C++ compiler of $CXX, g++, /usr/bin/g++ whose shared
+# libraries load libstdc++.so.6 rather than carrying a static copy of it. The H200 machine's
+# CXX (a wrapper in /opt/gcc, also the CUDA host compiler) links libstdc++ statically and
+# exports it: libggml-cuda.so then defines ~3400 std:: symbols, libllama.so binds its
+# iostream calls to them, while other objects use the system's libstdc++, and two copies of
+# the locale's facet ids make llama_model::print_info segfault in llama_model_load_from_file,
+# in any process where a third party had used iostreams first (river_cpp, numpy, pytest).
+shared_libstdcxx_compiler() {
+    local cxx probe=$WORK/stdcxx-probe
+    mkdir -p "$probe"
+    printf '#include <sstream>\nstd::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n' > "$probe/p.cc"
+    for cxx in ${CXX:-} g++ /usr/bin/g++; do
+        command -v "$cxx" >/dev/null || continue
+        "$cxx" -shared -fPIC "$probe/p.cc" -o "$probe/p.so" 2>/dev/null || continue
+        if readelf -d "$probe/p.so" | grep -q 'NEEDED.*libstdc++'; then
+            command -v "$cxx"
+            return 0
+        fi
+        log "$cxx links libstdc++ statically into shared libraries: not used" >&2
+    done
+    return 1
+}
+
 step_llama() {
     if [[ -n ${RIVER_GPU_LLAMA_WHEEL:-} ]]; then  # a wheel built before: no build here
         run_step llama 120 "$PY" -m pip install -q --no-index --no-deps --no-cache-dir --target "$SITE" \
@@ -977,13 +1000,18 @@ step_llama() {
         return 0
     fi
     cuda_args
+    local cxx
+    cxx=$(shared_libstdcxx_compiler) || die "no C++ compiler here links libstdc++ as a shared library"
+    export CXX=$cxx CUDAHOSTCXX=$cxx
+    [[ $cxx == */g++ && -x ${cxx%g++}gcc ]] && export CC=${cxx%g++}gcc
+    log "C++ and CUDA host compiler: $cxx"
     # sm_90 alone (the H200); no flash-attention kernels (~40 template files) unless
     # RIVER_GPU_CUDA_FA=on: river-cpp does not use them, and its llama.cpp peer runs with
     # flash_attn=False; no mtmd (multimodal) library; no NCCL, ccache or OpenSSL probing.
     local cmake_args="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${RIVER_GPU_CUDA_ARCH:-90} -DGGML_CUDA_FA_ALL_QUANTS=off"
     cmake_args+=" -DGGML_CUDA_FA=${RIVER_GPU_CUDA_FA:-off} -DGGML_CUDA_NCCL=off -DLLAVA_BUILD=off -DGGML_CCACHE=off"
     cmake_args+=" -DLLAMA_BUILD_TESTS=off -DLLAMA_BUILD_EXAMPLES=off -DLLAMA_BUILD_TOOLS=off -DLLAMA_BUILD_SERVER=off"
-    cmake_args+=" -DLLAMA_OPENSSL=off -DGGML_NATIVE=on$CUDA_EXTRA"
+    cmake_args+=" -DLLAMA_OPENSSL=off -DGGML_NATIVE=on -DCMAKE_CUDA_HOST_COMPILER=$cxx$CUDA_EXTRA"
     if [[ ${RIVER_GPU_CONFIGURE_ONLY:-0} == 1 ]]; then
         # a check of this script here: configure for real, then every compile fails at once
         cmake_args+=" -DCMAKE_C_COMPILER_LAUNCHER=false -DCMAKE_CXX_COMPILER_LAUNCHER=false -DCMAKE_CUDA_COMPILER_LAUNCHER=false"
