@@ -23,7 +23,9 @@ tokens/s relative to plain decoding, with every fixed length as the control.
 `--drafts` replays the portfolio: at each position an n-gram match from the context
 (found again in the recorded tokens, river_cpp.ngram) is offered beside the river,
 at no cost, with as many tokens accepted as its proposal shares with the backbone's
-continuation; the fixed-length controls draft from the river alone.
+continuation; the fixed-length controls draft from the river alone. `--p-min` replays
+Speculative.p_min from the river's top probability at each draft, which a trace records
+along every position's chain of drafts (past a rejection too, as a round drafts on).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import numpy as np
 from river_cpp import ExitPolicy, RiverModel
 from river_cpp.acceptance import common_prefix
 from river_cpp.draft_length import DraftLength
-from river_cpp.drafts import copy_source, ngram_source
+from river_cpp.drafts import copy_source, ngram_source, top_probability
 from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
 
 # ---------------------------------------------------------------- recording
@@ -52,34 +54,38 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int) -> dict:
+def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int, chain: int) -> dict:
     """The backbone's greedy tokens after `prompt_ids`, the river's accepted run
-    length at each of them, and single timings of drafts and one-position verifies."""
+    length at each of them, the river's top probability at each of its first `chain`
+    drafts from there (past a rejection it drafts on from its own tokens, as a round
+    does), and single timings of drafts and one-position verifies."""
     model.reset()
     result = model.generate(prompt_ids, max_tokens=n_tokens, policy=ExitPolicy.never(), speculative=False)
     tokens = list(prompt_ids) + list(result.token_ids)
     model.reset()
     model.forward(tokens[: len(prompt_ids) - 1], route="backbone")
     on_river = ExitPolicy.at_layer(0)  # the draft's route: the whole river
-    runs, draft_times, verify_times = [], [], []
+    runs, confidences, draft_times, verify_times = [], [], [], []
     for p in range(len(prompt_ids) - 1, len(tokens) - 1):
         # State: the backbone's rows for tokens[:p] are cached; tokens[p] is the last accepted.
-        run, last = 0, tokens[p]
-        while run < max_run and p + run + 1 < len(tokens):
+        run, last, matching, top = 0, tokens[p], True, []
+        while p + len(top) + 1 < len(tokens) and (len(top) < chain or (matching and run < max_run)):
             began = time.perf_counter()
             logits = model.forward([last], last_only=True, route="decode", policy=on_river)
-            drafted = int(np.argmax(logits[0]))
+            last = int(np.argmax(logits[0]))
             draft_times.append(time.perf_counter() - began)
-            if drafted != tokens[p + run + 1]:
-                break
-            run, last = run + 1, drafted
+            top.append(round(top_probability(logits[0]), 4))
+            matching = matching and run < max_run and last == tokens[p + run + 1]
+            run += matching
         runs.append(run)
+        confidences.append(top[:chain])
         model.rewind(p)
         verify_times.append(_timed(functools.partial(model.forward, [tokens[p]], route="backbone")))
     return {
         "n_prompt": len(prompt_ids),
         "tokens": tokens,
         "runs": runs,
+        "confidence": confidences,
         "draft": draft_times,
         "verify_1": verify_times,
     }
@@ -126,19 +132,24 @@ class Costs:
 
 
 def river_round(
-    runs: list[int],
+    prompt: dict,
     ngrams: Optional[list[tuple[int, int, int]]],
     p: int,
     k: int,
     length: DraftLength,
     copies: bool,
-) -> tuple[int, list[tuple[str, int]]]:
-    """(accepted, spans) of a river round of k drafts from position p, copying n-gram
-    matches midway where `length` says it pays (as RiverDraft does, when `copies`).
-    While every draft so far is accepted, the drafts are the backbone's tokens, so the
-    recorded run and offer at the current position hold; after a rejection nothing
-    more is accepted and the rest is drafted by the river (the costlier guess)."""
-    accepted, spans, d, ok = 0, [], 0, True
+    p_min: float,
+) -> tuple[int, list[tuple[str, int]], int]:
+    """(accepted, spans, river forwards) of a river round of up to k drafts from
+    position p, copying n-gram matches midway where `length` says it pays (as RiverDraft
+    does, when `copies`), and stopping at a draft whose top probability is below
+    `p_min` (its forward spent). While every draft so far is accepted, the drafts are
+    the backbone's tokens, so the recorded run and offer at the current position hold;
+    after a rejection nothing more is accepted and the rest is drafted by the river
+    (the costlier guess). The top probabilities are the recorded chain's from p while
+    the river alone has drafted, else the first of the current position's chain."""
+    runs, chains = prompt["runs"], prompt.get("confidence")
+    accepted, spans, forwards, d, ok, copied = 0, [], 0, 0, True, False
     while d < k:
         size, n, run = ngrams[p + d] if ngrams is not None else (0, 0, 0)
         n = min(n, k - d)
@@ -147,13 +158,18 @@ def river_round(
             spans.append((copy, n))
             ok = run >= n
             accepted += min(run, n)
-            d += n
+            d, copied = d + n, True
             continue
+        forwards += 1
+        if p_min > 0.0 and chains is not None:
+            chain, at = (chains[p + d], 0) if copied else (chains[p], d)
+            if at < len(chain) and chain[at] < p_min:
+                break
         spans.append(("river", 1))
         ok = ok and runs[p + d] >= 1
         accepted += ok
         d += 1
-    return accepted, spans
+    return accepted, spans, forwards
 
 
 def replay(
@@ -163,11 +179,12 @@ def replay(
     fixed: Optional[int] = None,
     ngrams: Optional[list[list[tuple[int, int, int]]]] = None,
     river: bool = True,
+    p_min: float = 0.0,
 ) -> tuple[int, float]:
     """Tokens and seconds of decoding every prompt of `trace` with `length` choosing each
     round's source and draft length (or always `fixed` river tokens); `ngrams`: each
     prompt's n-gram offers (ngram_offers), `river`: whether the river is offered (and,
-    with `ngrams`, copies matches midway)."""
+    with `ngrams`, copies matches midway), `p_min`: Speculative.p_min."""
     tokens, seconds = 0, 0.0
     for i, prompt in enumerate(trace["prompts"]):
         runs = prompt["runs"]
@@ -185,11 +202,12 @@ def replay(
                 source, k = "river", min(fixed, room)
             else:
                 source, k = length.choose(room, offers)
+            forwards = 0
             if source == "river":
-                accepted, spans = river_round(runs, offered, p, k, length, copies=fixed is None)
+                accepted, spans, forwards = river_round(prompt, offered, p, k, length, fixed is None, p_min)
+                k = sum(n for _, n in spans)
             else:
                 accepted, spans = min(k, offered[p][2]) if k else 0, [(source, k)]
-            forwards = sum(n for name, n in spans if name == "river")
             draft_s = costs.drafts(forwards)
             verify_s = costs.verify(k + 1)
             if fixed is None:
@@ -199,7 +217,7 @@ def replay(
                     draft_seconds=draft_s,
                     verify_seconds=verify_s,
                     draft_forwards=forwards,
-                    source=source if k else None,
+                    source=source if k or forwards else None,
                     spans=spans,
                 )
                 if offer and offer != source:  # scored against the emitted tokens, as the loop does
@@ -218,9 +236,13 @@ def summarize(
     ratios: Sequence[float] = (),
     drafts: str = "river",
     ngram_sizes: tuple[int, int] = (DEFAULT_NGRAM_MIN, DEFAULT_NGRAM_MAX),
+    p_min: float = 0.0,
 ) -> dict:
     """Tokens/s of the adaptive length (each replay) and of every fixed length (mean
-    over replays), relative to plain decoding replayed with the same draws."""
+    over replays), relative to plain decoding replayed with the same draws; river
+    drafts stop below `p_min` (which needs a trace with the river's top probabilities)."""
+    if p_min > 0.0 and any("confidence" not in prompt for prompt in trace["prompts"]):
+        raise ValueError("--p-min needs a trace recorded with the river's top probabilities (record it again)")
     costs = Costs(trace, np.random.default_rng(seed), ratios)
     ngrams = None
     if "ngram" in drafts:
@@ -228,7 +250,7 @@ def summarize(
     free = frozenset(ngram_source(n) for n in range(ngram_sizes[0], ngram_sizes[1] + 1))
 
     def rate(length: DraftLength, fixed: Optional[int] = None) -> float:
-        n, s = replay(trace, costs, length, fixed, ngrams, river="river" in drafts)
+        n, s = replay(trace, costs, length, fixed, ngrams, river="river" in drafts, p_min=p_min)
         return n / s
 
     fixed = {k: [rate(DraftLength(max_draft, adaptive=False), k) for _ in range(replays)] for k in range(max_draft + 1)}
@@ -277,6 +299,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     p.add_argument("--ngram-min", type=int, default=DEFAULT_NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=DEFAULT_NGRAM_MAX)
+    p.add_argument(
+        "--p-min",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        metavar="P",
+        help="replay with each of these Speculative.p_min values: a river draft stops at a token whose "
+        "top probability is lower (default 0: never)",
+    )
     args = p.parse_args(argv)
 
     if args.model:
@@ -295,27 +326,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "prompts_kind": args.prompts,
             "threads": args.threads,
             "verify": verify_costs(model, prompts[0], 16, 9),
-            "prompts": [record(model, ids, args.n_tokens, args.max_run) for ids in prompts],
+            "prompts": [record(model, ids, args.n_tokens, args.max_run, args.max_draft) for ids in prompts],
         }
         Path(args.trace).write_text(json.dumps(trace))
     trace = json.loads(Path(args.trace).read_text())
-    result = summarize(
-        trace,
-        args.replays,
-        args.max_draft,
-        args.seed,
-        args.verify_ratios,
-        args.drafts,
-        (args.ngram_min, args.ngram_max),
-    )
-    adaptive = np.asarray(result["adaptive"])
     print(f"{trace['model']} {trace['river']} river ({trace['prompts_kind']}), {len(trace['prompts'])} prompts")
-    print(f"  acceptance of a 1-token draft {result['acceptance_at_1']:.2f}, draft cost {result['draft_cost']:.2f}")
-    print(f"  V(n)/V(1): {result['verify_ratio']}")
-    print(
-        f"  adaptive ({args.drafts}): mean {adaptive.mean():.3f}x, min {adaptive.min():.3f}x, max {adaptive.max():.3f}x"
-    )
-    print("  fixed k:  " + "  ".join(f"{k}: {r:.3f}x" for k, r in result["fixed"].items()))
+    for p_min in args.p_min:
+        result = summarize(
+            trace,
+            args.replays,
+            args.max_draft,
+            args.seed,
+            args.verify_ratios,
+            args.drafts,
+            (args.ngram_min, args.ngram_max),
+            p_min,
+        )
+        adaptive = np.asarray(result["adaptive"])
+        print(f"  p_min {p_min}:")
+        accepted, cost = result["acceptance_at_1"], result["draft_cost"]
+        print(f"    acceptance of a 1-token draft {accepted:.2f}, draft cost {cost:.2f}")
+        print(f"    V(n)/V(1): {result['verify_ratio']}")
+        print(
+            f"    adaptive ({args.drafts}): mean {adaptive.mean():.3f}x, "
+            f"min {adaptive.min():.3f}x, max {adaptive.max():.3f}x"
+        )
+        print("    fixed k:  " + "  ".join(f"{k}: {r:.3f}x" for k, r in result["fixed"].items()))
     return 0
 
 

@@ -338,9 +338,10 @@ class DraftLength:
     def _has_budget(self, source: str) -> bool:
         return self.budget.get(self._budget_of(source), self._BUDGET_START) > 0
 
-    def _charge(self, source: str, n_drafted: int, n_accepted: int, seconds: float) -> None:
+    def _charge(self, source: str, n_drafted: int, n_accepted: int, forwards: int, seconds: float) -> None:
         """Every budget earns its share of the round's time; a drafting round's source
-        is charged what its tokens fell short of the plain steps its cost would buy.
+        is charged what its tokens fell short of the plain steps its cost would buy
+        (its forwards, copied tokens costing none, and the verify).
         The cost is the one decisions use (median draft, the verify curve), not the
         round's own timing: the time was predicted right where the estimates were
         not, and one stalled verify must not rest a source that pays."""
@@ -349,10 +350,10 @@ class DraftLength:
             return
         for name in self.budget:
             self.budget[name] += self._BUDGET_SHARE * seconds / one
-        if n_drafted:
+        if n_drafted or forwards:
             draft = self.estimate(source).draft
             cost = (
-                n_drafted * (median(draft) if draft else 0.0)
+                forwards * (median(draft) if draft else 0.0)
                 + self.verify.costs(range(n_drafted + 1, n_drafted + 2))[n_drafted + 1]
             )
             name = self._budget_of(source)
@@ -382,12 +383,15 @@ class DraftLength:
         self.verify.observe(n_drafted + 1, verify_seconds)
         if not n_drafted:
             self._timed_one_round = self._rounds
-            self._charge(PLAIN, 0, 0, draft_seconds + verify_seconds)
+        if not n_drafted and not draft_forwards:
+            self._charge(PLAIN, 0, 0, 0, draft_seconds + verify_seconds)
             return
+        # A draft that p_min stopped before its first token drafted nothing, but its
+        # forward was spent: it is charged to the source like any other.
         source = source or "river"
         for name, (offered, accepted) in drafts_by_source(spans or [(source, n_drafted)], n_accepted).items():
             timed = name == source  # the drafting time is the round's source's
             self.estimate(name).observe(
                 self._rounds, offered, accepted, draft_seconds if timed else 0.0, draft_forwards if timed else 0
             )
-        self._charge(source, n_drafted, n_accepted, draft_seconds + verify_seconds)
+        self._charge(source, n_drafted, n_accepted, draft_forwards, draft_seconds + verify_seconds)

@@ -73,7 +73,7 @@ class Draft(Protocol):
         ...
 
 
-def _top_probability(logits: np.ndarray) -> float:
+def top_probability(logits: np.ndarray) -> float:
     """The largest softmax probability of `logits` (temperature 1)."""
     top = float(logits.max())
     return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
@@ -99,7 +99,7 @@ class _ForwardDraft:
             context = list(history) + proposal.tokens
             logits = self._forward(context[self.model.n_past :])
             proposal.forwards += 1
-            if p_min > 0.0 and _top_probability(logits) < p_min:
+            if p_min > 0.0 and top_probability(logits) < p_min:
                 break
             proposal.add(self.name, [sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)])])
         return proposal

@@ -185,3 +185,48 @@ def test_a_free_source_is_drafted_only_on_several_tested_tokens():
             evidence_when_drafted.append(evidence)
     assert evidence_when_drafted, "an offer that always agrees is drafted in the end"
     assert min(evidence_when_drafted) >= DraftLength._FREE_EVIDENCE
+
+
+def test_a_draft_stopped_before_its_first_token_is_charged_to_its_source():
+    """A draft that p_min stops at once drafts nothing but spends a forward; the round
+    is charged to the source, so a source whose drafts always stop so rests within its
+    budget instead of spending a forward every round."""
+    length = DraftLength(8, adaptive=True)
+    wasted = spent = 0.0
+    chosen = 0
+    for _ in range(2000):
+        source, k = length.choose(1000, {"river": 8})
+        forwards = 1 if k else 0
+        draft, verify = 0.45 * forwards, 1.0  # a plain step costs 1
+        length.observe(
+            n_drafted=0,
+            n_accepted=0,
+            draft_seconds=draft,
+            verify_seconds=verify,
+            draft_forwards=forwards,
+            source=source if k else None,
+        )
+        chosen += forwards
+        wasted += draft
+        spent += draft + verify
+    assert chosen >= 5  # it was tried
+    assert wasted <= DraftLength._BUDGET_START + DraftLength._BUDGET_SHARE * spent + 0.45
+
+
+def test_copied_tokens_are_not_charged_as_forwards():
+    """A river round that copied most of its tokens from a match spent one forward:
+    its charge is that forward and the verify, not a forward per token."""
+    length = DraftLength(8, adaptive=True)
+    for _ in range(3):  # one position's verify, timed
+        length.observe(n_drafted=0, n_accepted=0, draft_seconds=0.0, verify_seconds=1.0, draft_forwards=0)
+    length.observe(
+        n_drafted=5,
+        n_accepted=5,
+        draft_seconds=0.4,
+        verify_seconds=1.0,
+        draft_forwards=1,
+        source="river",
+        spans=[("river", 1), ("copy4", 4)],
+    )
+    # 6 tokens against one forward (0.4) and a verify of 6 positions (1.0): 4.6 won
+    assert abs(length.budget["river"] - (DraftLength._BUDGET_START + 6 - 1.4)) < 1e-6
