@@ -975,8 +975,9 @@ step_wheels() {
 # CXX (a wrapper in /opt/gcc, also the CUDA host compiler) links libstdc++ statically and
 # exports it: libggml-cuda.so then defines ~3400 std:: symbols, libllama.so binds its
 # iostream calls to them, while other objects use the system's libstdc++, and two copies of
-# the locale's facet ids make llama_model::print_info segfault in llama_model_load_from_file,
-# in any process where a third party had used iostreams first (river_cpp, numpy, pytest).
+# the locale's facet ids made llama_model::print_info segfault in llama_model_load_from_file
+# (in the parity step and under pytest; not in a bare `import river_cpp` and load). Exported
+# here, the compiler also builds river-cpp's extension in step_river.
 shared_libstdcxx_compiler() {
     local cxx probe=$WORK/stdcxx-probe
     mkdir -p "$probe"
