@@ -14,7 +14,10 @@ Two parts, both on `-t` threads:
    logit gap at the first difference, relative to its logit scale), acceptance and
    the share of rounds per draft source (river, ngramN, plain), and the costs
    measured inside the loop: seconds per drafted token and per verify round, in
-   tokens of our backbone's plain decode in the same run. With --temperature every
+   tokens of our backbone's plain decode in the same run. Each lossless row's
+   ceiling is the speed its loop would reach if every drafted token were accepted,
+   from those in-loop costs (`ceiling`): a draft whose ceiling is below another
+   configuration's measured speed cannot catch it by acceptance alone. With --temperature every
    configuration samples instead (the same seed per prompt and round); lossless rows
    emit the plain run's tokens for the same seed, so they are compared too.
    --prompt-lookup adds llama-cpp-python's LlamaPromptLookupDecoding on the backbone
@@ -32,7 +35,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -41,7 +44,7 @@ from river_cpp.language_model import LanguageModel
 from river_cpp.measure.ladder import rung_path
 from river_cpp.measure.weight_bytes import WeightBytes
 from river_cpp.presets import LOSSLESS
-from river_cpp.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DRAFTS
+from river_cpp.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DRAFTS, draft_length_for
 
 DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data"
 
@@ -185,6 +188,18 @@ def _river_bytes(backbone: Path, model: RiverModel) -> int:
 
 
 # ---------------------------------------------------------------- costs
+
+
+def ceiling(draft: float, verify: Mapping[int, float]) -> tuple[float, int]:
+    """(speed, k): the speed relative to plain decoding of rounds that draft k tokens
+    and keep them all, at the best k among the measured verify sizes: k + 1 tokens for
+    k drafts and a verify of k + 1 positions. `draft` (one drafted token) and
+    `verify` (n -> a verify of n positions) are in plain decoding steps.
+
+    >>> ceiling(0.5, {2: 1.5, 3: 1.75, 5: 2.0})  # k = 4: 5 tokens for 2 + 2 steps
+    (1.25, 4)
+    """
+    return max(((k + 1) / (k * draft + verify[k + 1]), k) for k in (n - 1 for n in verify if n > 1))
 
 
 def _time(fn: Callable[[], object], repeats: int) -> float:
@@ -390,6 +405,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 }
                 for source, (r, d, a) in sorted(c.by_source.items())
             }
+            # The verify sizes this loop timed (its learned DraftLength keeps their recent
+            # medians), in steps of the backbone's plain decode, as the ratios are.
+            verify = draft_length_for(c.model, c.speculative, greedy=args.temperature == 0.0).verify
+            sizes = range(2, c.speculative.max_draft + 2)
+            timed = {n: verify.median(n) * base_speed for n in sizes if verify.timings(n)}
+            if timed:
+                row["ceiling"], row["ceiling_k"] = ceiling(row["draft_cost"], timed)
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
             line += f" {row['draft_cost']:6.2f} {row['verify_cost']:7.2f}  "
             line += " ".join(
@@ -401,6 +423,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 line += f"  (diverged at top-2 gaps {', '.join(f'{g:.1e}' for g in c.gaps)} of the logit scale)"
         rows.append(row)
         print(line)
+    for row in rows:
+        if "ceiling" in row:
+            print(f"ceiling of {row['name']}: {row['ceiling']:.2f}x at k = {row['ceiling_k']}, every draft accepted")
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     if args.json:
         Path(args.json).write_text(
