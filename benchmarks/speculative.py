@@ -410,6 +410,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             verify = draft_length_for(c.model, c.speculative, greedy=args.temperature == 0.0).verify
             sizes = range(2, c.speculative.max_draft + 2)
             timed = {n: verify.median(n) * base_speed for n in sizes if verify.timings(n)}
+            row["verify_steps"] = timed
             if timed:
                 row["ceiling"], row["ceiling_k"] = ceiling(row["draft_cost"], timed)
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
