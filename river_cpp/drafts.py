@@ -10,6 +10,7 @@ tokens continuing the accepted history, and the backbone verifies them
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
@@ -36,14 +37,17 @@ class Proposal:
     """What a source drafted in one round: tokens, the forwards it ran, and `spans`:
     which source proposed which run of the tokens, in order, as (name, count). A
     river draft that copies a 3-token n-gram match midway has spans like
-    [("river", 2), ("copy3", 6)]; the statistics credit each span to its source."""
+    [("river", 2), ("copy3", 6)]; the statistics credit each span to its source.
+    `catch_up_seconds`: of the round's drafting time, what a separate draft spent
+    bringing its own cache up to the history first (not a cost of the drafted tokens)."""
 
-    __slots__ = ("tokens", "forwards", "spans")
+    __slots__ = ("tokens", "forwards", "spans", "catch_up_seconds")
 
     def __init__(self, tokens: Optional[list[int]] = None, source: str = "") -> None:
         self.tokens: list[int] = tokens or []
         self.forwards = 0
         self.spans: list[tuple[str, int]] = [(source, len(self.tokens))] if self.tokens else []
+        self.catch_up_seconds = 0.0
 
     def add(self, source: str, tokens: Sequence[int]) -> None:
         self.tokens.extend(tokens)
@@ -178,6 +182,23 @@ class ModelDraft(_ForwardDraft):
         reusing what it holds) with the target's prefill, not inside the first round."""
         if len(history) > 1:
             prefill(self.model, history[:-1], route="backbone")
+
+    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+        """As every forward draft, after bringing the draft's cache up to the history
+        in one batch, timed apart (Proposal.catch_up_seconds). After plain rounds the
+        cache is behind by their tokens, and catching up is a cost of those rounds,
+        not of the drafted tokens. Counted as the first drafted token's forward, it
+        made the 0.5B's probes on the 1.5B's chat cost 0.7-1.6 plain steps a token
+        against 0.16-0.19, and in two of four benchmark runs the draft then stayed at
+        plain decoding to the end (docs/results.md)."""
+        start = time.perf_counter()
+        behind = history[self.model.n_past : -1]
+        if behind:
+            self.model.forward(behind, last_only=True, route="backbone")
+        caught_up = time.perf_counter() - start
+        proposal = super().propose(history, k, sampler, p_min)
+        proposal.catch_up_seconds = caught_up
+        return proposal
 
     def _forward(self, ids: Sequence[int]) -> np.ndarray:
         return self.model.forward(ids, last_only=True, route="backbone")[0]

@@ -291,7 +291,7 @@ def speculative_step(
         lengths.observe(
             n_drafted=len(drafts),
             n_accepted=n_accepted,
-            draft_seconds=drafted_at - began,
+            draft_seconds=drafted_at - began - proposal.catch_up_seconds,
             verify_seconds=verified_at - drafted_at,
             draft_forwards=proposal.forwards,
             source=chosen,

@@ -1,13 +1,15 @@
-"""river_cpp.drafts: a river round copies an n-gram match midway, on a stand-in river
-whose every forward predicts one fixed token."""
+"""river_cpp.drafts: a river round copies an n-gram match midway, and a separate draft
+catches its cache up apart from its drafted tokens, on stand-in models whose every
+forward predicts one fixed token."""
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
 
-from river_cpp.drafts import NgramDraft, RiverDraft
+from river_cpp.drafts import ModelDraft, NgramDraft, RiverDraft
 from river_cpp.policy import ExitPolicy
 from river_cpp.sampling import Sampler, SamplingParams
 
@@ -72,3 +74,48 @@ def test_the_first_token_is_the_chosen_sources():
     # The context ends with a match (1 -> 2), but the round was given to the river.
     proposal, _ = _draft([1, 2, 3, 1], token=5, k=1)
     assert proposal.spans == [("river", 1)]
+
+
+class _CountingModel:
+    """A separate draft model that always predicts `token`, records what each forward
+    fed it, and takes `catch_up_sleep` seconds over any forward of several tokens."""
+
+    n_vocab = N_VOCAB
+
+    def __init__(self, token: int, n_past: int, catch_up_sleep: float) -> None:
+        self.token = token
+        self.n_past = n_past
+        self.catch_up_sleep = catch_up_sleep
+        self.fed: list[list[int]] = []
+
+    def forward(self, ids: Sequence[int], last_only: bool, route: str) -> np.ndarray:
+        self.fed.append(list(ids))
+        self.n_past += len(ids)
+        if len(ids) > 1:
+            time.sleep(self.catch_up_sleep)
+        logits = np.zeros((1, N_VOCAB), dtype=np.float32)
+        logits[0, self.token] = 10.0
+        return logits
+
+    def rewind(self, n: int) -> None:
+        self.n_past = n
+
+
+def test_a_separate_draft_catches_up_apart_from_its_drafted_tokens():
+    # The draft's cache ends 4 tokens before the history's last (plain rounds since its last draft).
+    history = [1, 2, 3, 4, 5, 6, 7, 8]
+    draft = _CountingModel(token=9, n_past=3, catch_up_sleep=0.02)
+    source = ModelDraft(_CountingModel(token=0, n_past=0, catch_up_sleep=0.0), draft)
+    proposal = source.propose(history, 2, Sampler(SamplingParams(temperature=0.0)), 0.0)
+    assert proposal.tokens == [9, 9]
+    assert draft.fed == [[4, 5, 6, 7], [8], [9]]  # the catch-up, then one token per drafted one
+    assert proposal.forwards == 2  # the catch-up is not a drafted token's forward
+    assert proposal.catch_up_seconds >= 0.02
+
+
+def test_a_separate_draft_in_step_with_the_history_catches_up_nothing():
+    draft = _CountingModel(token=9, n_past=7, catch_up_sleep=0.0)
+    source = ModelDraft(_CountingModel(token=0, n_past=0, catch_up_sleep=0.0), draft)
+    proposal = source.propose([1, 2, 3, 4, 5, 6, 7, 8], 1, Sampler(SamplingParams(temperature=0.0)), 0.0)
+    assert draft.fed == [[8]]
+    assert proposal.forwards == 1
