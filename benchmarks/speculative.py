@@ -16,9 +16,9 @@ Two parts, both on `-t` threads:
    measured inside the loop: seconds per drafted token and per verify round, in
    tokens of our backbone's plain decode in the same run. Each lossless row's
    ceiling is the speed its loop would reach if every drafted token were accepted,
-   from those in-loop costs (`ceiling`): a draft whose ceiling is below another
-   configuration's measured speed cannot catch it by acceptance alone. With --temperature every
-   configuration samples instead (the same seed per prompt and round); lossless rows
+   from those in-loop costs, over the verify sizes its loop timed (`ceiling`; a size
+   it never timed may be cheaper). With --temperature every configuration samples
+   instead (the same seed per prompt and round); lossless rows
    emit the plain run's tokens for the same seed, so they are compared too.
    --prompt-lookup adds llama-cpp-python's LlamaPromptLookupDecoding on the backbone
    file (its own loop; decode time from its first streamed token to its last).
