@@ -16,28 +16,35 @@ from river_cpp.sampling import Sampler, SamplingParams
 N_VOCAB = 16
 
 
-class _OneTokenRiver:
-    """A model whose river always predicts `token`; it counts its forwards."""
+class _OneTokenModel:
+    """A model (with a river) whose every forward predicts `token`; it records what
+    each forward fed it, and takes `catch_up_sleep` seconds over any forward of
+    several tokens."""
 
     has_river = True
     n_vocab = N_VOCAB
 
-    def __init__(self, token: int) -> None:
+    def __init__(self, token: int, n_past: int = 0, catch_up_sleep: float = 0.0) -> None:
         self.token = token
-        self.n_past = 0
+        self.n_past = n_past
+        self.catch_up_sleep = catch_up_sleep
         self.fed: list[list[int]] = []
 
-    def forward(self, ids: Sequence[int], last_only: bool, route: str, policy, exit_vocab) -> np.ndarray:
+    def forward(self, ids: Sequence[int], last_only: bool, route: str, policy=None, exit_vocab=None) -> np.ndarray:
         self.fed.append(list(ids))
         self.n_past += len(ids)
+        if len(ids) > 1:
+            time.sleep(self.catch_up_sleep)
         logits = np.zeros((1, N_VOCAB), dtype=np.float32)
         logits[0, self.token] = 10.0
         return logits
 
+    def rewind(self, n: int) -> None:
+        self.n_past = n
+
 
 def _draft(history: list[int], token: int, k: int, copy_pays=None):
-    model = _OneTokenRiver(token)
-    model.n_past = len(history) - 1  # the last accepted token is not in the cache yet
+    model = _OneTokenModel(token, n_past=len(history) - 1)  # the last accepted token is not in the cache yet
     ngrams = NgramDraft(1, 3)
     ngrams.begin(history)
     river = RiverDraft(model, ExitPolicy.at_layer(0), None, copies=ngrams, copy_pays=copy_pays)
@@ -76,36 +83,11 @@ def test_the_first_token_is_the_chosen_sources():
     assert proposal.spans == [("river", 1)]
 
 
-class _CountingModel:
-    """A separate draft model that always predicts `token`, records what each forward
-    fed it, and takes `catch_up_sleep` seconds over any forward of several tokens."""
-
-    n_vocab = N_VOCAB
-
-    def __init__(self, token: int, n_past: int, catch_up_sleep: float) -> None:
-        self.token = token
-        self.n_past = n_past
-        self.catch_up_sleep = catch_up_sleep
-        self.fed: list[list[int]] = []
-
-    def forward(self, ids: Sequence[int], last_only: bool, route: str) -> np.ndarray:
-        self.fed.append(list(ids))
-        self.n_past += len(ids)
-        if len(ids) > 1:
-            time.sleep(self.catch_up_sleep)
-        logits = np.zeros((1, N_VOCAB), dtype=np.float32)
-        logits[0, self.token] = 10.0
-        return logits
-
-    def rewind(self, n: int) -> None:
-        self.n_past = n
-
-
 def test_a_separate_draft_catches_up_apart_from_its_drafted_tokens():
     # The draft's cache ends 4 tokens before the history's last (plain rounds since its last draft).
     history = [1, 2, 3, 4, 5, 6, 7, 8]
-    draft = _CountingModel(token=9, n_past=3, catch_up_sleep=0.02)
-    source = ModelDraft(_CountingModel(token=0, n_past=0, catch_up_sleep=0.0), draft)
+    draft = _OneTokenModel(token=9, n_past=3, catch_up_sleep=0.02)
+    source = ModelDraft(_OneTokenModel(token=0), draft)
     proposal = source.propose(history, 2, Sampler(SamplingParams(temperature=0.0)), 0.0)
     assert proposal.tokens == [9, 9]
     assert draft.fed == [[4, 5, 6, 7], [8], [9]]  # the catch-up, then one token per drafted one
@@ -114,8 +96,8 @@ def test_a_separate_draft_catches_up_apart_from_its_drafted_tokens():
 
 
 def test_a_separate_draft_in_step_with_the_history_catches_up_nothing():
-    draft = _CountingModel(token=9, n_past=7, catch_up_sleep=0.0)
-    source = ModelDraft(_CountingModel(token=0, n_past=0, catch_up_sleep=0.0), draft)
+    draft = _OneTokenModel(token=9, n_past=7)
+    source = ModelDraft(_OneTokenModel(token=0), draft)
     proposal = source.propose([1, 2, 3, 4, 5, 6, 7, 8], 1, Sampler(SamplingParams(temperature=0.0)), 0.0)
     assert draft.fed == [[8]]
     assert proposal.forwards == 1
