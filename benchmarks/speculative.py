@@ -16,8 +16,9 @@ Two parts, both on `-t` threads:
    measured inside the loop: seconds per drafted token and per verify round, in
    tokens of our backbone's plain decode in the same run. Each lossless row's
    ceiling is the speed its loop would reach if every drafted token were accepted,
-   from those in-loop costs, over the verify sizes its loop timed (`ceiling`; a size
-   it never timed may be cheaper). With --temperature every configuration samples
+   from those in-loop costs (a separate draft's catch-ups left out, as the loop
+   leaves them out), over the verify sizes its loop timed (`ceiling`; a size it
+   never timed may be cheaper). With --temperature every configuration samples
    instead (the same seed per prompt and round); lossless rows
    emit the plain run's tokens for the same seed, so they are compared too.
    --prompt-lookup adds llama-cpp-python's LlamaPromptLookupDecoding on the backbone
@@ -87,6 +88,7 @@ class Config:
     gaps: list = field(default_factory=list)  # top-2 gaps / logit scale where completions diverged
     draft_forwards: int = 0
     draft_seconds: float = 0.0
+    catch_up_seconds: float = 0.0
     verify_seconds: float = 0.0
     by_source: dict = field(default_factory=dict)  # source -> [rounds, drafted, accepted]
 
@@ -104,6 +106,7 @@ class Config:
             self.generated += result.speculative.generated
             self.draft_forwards += result.speculative.draft_forwards
             self.draft_seconds += result.speculative.draft_seconds
+            self.catch_up_seconds += result.speculative.catch_up_seconds
             self.verify_seconds += result.speculative.verify_seconds
             for source, counts in result.speculative.by_source.items():
                 total = self.by_source.setdefault(source, [0, 0, 0])
@@ -412,7 +415,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             timed = {n: verify.median(n) * base_speed for n in sizes if verify.timings(n)}
             row["verify_steps"] = timed
             if timed:
-                row["ceiling"], row["ceiling_k"] = ceiling(row["draft_cost"], timed)
+                # a drafted token's cost without a separate draft's catch-ups, as the loop decides on
+                drafted = (c.draft_seconds - c.catch_up_seconds) / max(c.draft_forwards, 1) * base_speed
+                row["ceiling"], row["ceiling_k"] = ceiling(drafted, timed)
             line += f" {row['acceptance']:7.2f} {row['tokens_per_verify']:10.2f} {row['identical']:>9}"
             line += f" {row['draft_cost']:6.2f} {row['verify_cost']:7.2f}  "
             line += " ".join(

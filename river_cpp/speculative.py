@@ -135,6 +135,7 @@ class SpeculativeStats:
     generated: int = 0  # tokens the rounds produced (accepted + the backbone's own)
     draft_forwards: int = 0  # single-token forwards of a river or model draft
     draft_seconds: float = 0.0  # spent drafting (forwards, lookups and choosing the drafted tokens)
+    catch_up_seconds: float = 0.0  # of draft_seconds, a separate draft's catching its cache up (Proposal)
     verify_seconds: float = 0.0  # spent verifying (the backbone's forwards and the comparisons)
     by_source: dict[str, SourceStats] = field(default_factory=dict)  # "river", "ngram1".., "plain"
 
@@ -303,6 +304,7 @@ def speculative_step(
         stats.generated += len(new)
         stats.draft_forwards += proposal.forwards
         stats.draft_seconds += drafted_at - began
+        stats.catch_up_seconds += proposal.catch_up_seconds
         stats.verify_seconds += verified_at - drafted_at
         stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
         for offer, source in named.items():
