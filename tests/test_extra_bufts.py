@@ -263,8 +263,10 @@ def test_the_engine_repacks_only_into_allowed_types(tiny_llama, monkeypatch, mod
         described = model.describe_buffer_types()
     if mode == "none":
         assert f"{eb.REPACK:<12} not used: {eb.REPACK} is off ({eb.ENV}=none)" in described
-    else:
-        assert f"{eb.REPACK:<12} {used[eb.REPACK]} matrices" in described
+    # Each type that took matrices is listed with their count. Under "all" that may be
+    # AMX rather than CPU_REPACK: where the host lists it, ggml prefers it.
+    for name, count in used.items():
+        assert f"{name:<12} {count} matrices" in described
 
 
 @pytest.mark.usefixtures("river_cache")
