@@ -44,6 +44,7 @@ from river_cpp.acceptance import common_prefix
 from river_cpp.draft_length import DraftLength
 from river_cpp.drafts import copy_source, ngram_source, top_probability
 from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
+from river_cpp.speculative import DEFAULT_P_MIN
 
 # ---------------------------------------------------------------- recording
 
@@ -142,8 +143,8 @@ def river_round(
 ) -> tuple[int, list[tuple[str, int]], int]:
     """(accepted, spans, river forwards) of a river round of up to k drafts from
     position p, copying n-gram matches midway where `length` says it pays (as RiverDraft
-    does, when `copies`), and stopping at a draft whose top probability is below
-    `p_min` (its forward spent). While every draft so far is accepted, the drafts are
+    does, when `copies`), and ending after a draft whose top probability is below
+    `p_min`. While every draft so far is accepted, the drafts are
     the backbone's tokens, so the recorded run and offer at the current position hold;
     after a rejection nothing more is accepted and the rest is drafted by the river
     (the costlier guess). The top probabilities are the recorded chain's from p while
@@ -161,14 +162,14 @@ def river_round(
             d, copied = d + n, True
             continue
         forwards += 1
-        if p_min > 0.0 and chains is not None:
-            chain, at = (chains[p + d], 0) if copied else (chains[p], d)
-            if at < len(chain) and chain[at] < p_min:
-                break
         spans.append(("river", 1))
         ok = ok and runs[p + d] >= 1
         accepted += ok
         d += 1
+        if p_min > 0.0 and chains is not None:
+            chain, at = (chains[p + d - 1], 0) if copied else (chains[p], d - 1)
+            if at < len(chain) and chain[at] < p_min:
+                break  # the round ends after an unsure token, as _ForwardDraft.propose does
     return accepted, spans, forwards
 
 
@@ -257,7 +258,10 @@ def summarize(
     plain = float(np.mean(fixed[0]))
     runs = np.concatenate([np.asarray(t["runs"]) for t in trace["prompts"]])
     return {
-        "adaptive": [rate(DraftLength(max_draft, adaptive=True, free_sources=free)) / plain for _ in range(replays)],
+        "adaptive": [
+            rate(DraftLength(max_draft, adaptive=True, free_sources=free, ends_unsure=p_min > 0.0)) / plain
+            for _ in range(replays)
+        ],
         "fixed": {k: float(np.mean(r)) / plain for k, r in fixed.items()},
         "acceptance_at_1": float(np.mean(runs >= 1)),
         "draft_cost": float(np.median(costs.draft) / np.median(costs.verify_1)),
@@ -303,10 +307,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--p-min",
         type=float,
         nargs="+",
-        default=[0.0],
+        default=[DEFAULT_P_MIN],
         metavar="P",
-        help="replay with each of these Speculative.p_min values: a river draft stops at a token whose "
-        "top probability is lower (default 0: never)",
+        help="replay with each of these Speculative.p_min values: a river round ends after a token whose "
+        "top probability is lower (0: never)",
     )
     args = p.parse_args(argv)
 

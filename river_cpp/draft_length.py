@@ -225,13 +225,18 @@ class DraftLength:
     _BUDGET_START = 8.0  # room for the first rounds of a new source
     _BUDGET_MOST = 64.0  # winnings kept: a source that has paid may lose this much before it rests
 
-    def __init__(self, max_draft: int, adaptive: bool, *, free_sources: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, max_draft: int, adaptive: bool, *, free_sources: frozenset[str] = frozenset(), ends_unsure: bool = False
+    ) -> None:
         """free_sources: sources whose drafting costs nothing worth timing (n-gram
         lookups): they need no first measuring draft and no probes (observe_unused
-        scores the offers a round does not draft)."""
+        scores the offers a round does not draft). ends_unsure: the costly sources end
+        a round after a token they are unsure of (Speculative.p_min), so a round of
+        theirs is given the length that pays at full acceptance (_sure_length)."""
         self.max_draft = max_draft
         self.adaptive = adaptive
         self.free_sources = free_sources
+        self.ends_unsure = ends_unsure
         self.verify = VerifyCosts()
         self.sources: dict[str, SourceEstimate] = {}
         self.budget: dict[str, float] = {}  # costly source or "free" -> its loss budget (in one-position verifies)
@@ -316,7 +321,24 @@ class DraftLength:
                 if rate > closest_rate and source not in self.free_sources:
                     closest, closest_rate = source, rate
         self._rate = best_rate
+        source, k = best
+        if k and self.ends_unsure and source not in self.free_sources:
+            draft_seconds = median(self.estimate(source).draft)
+            best = source, max(k, self._sure_length(min(offers[source], explore), draft_seconds, verify))
         return best, closest
+
+    def _sure_length(self, limit: int, draft_seconds: float, verify: Mapping[int, float]) -> int:
+        """The draft length, at most `limit`, with the most tokens per second if every
+        drafted token were kept, over the lengths whose verify was timed at least
+        _TRUSTED_TIMINGS times (0 if none was). With a draft that ends its round after
+        an unsure token, the tokens a longer round adds are the sure ones, and those
+        are kept at 0.98-1.0 (top probability 0.5 and above, on every recorded trace):
+        the running acceptance, which the unsure tokens pull down, would stop a round
+        short of where the verify curve steps (5 on the 1.5B's, against the 2 or 3 the
+        i.i.d. estimate chose). In replays that took the 1.5B's HumanEval from 1.59 to
+        1.70 (docs/results.md)."""
+        timed = [k for k in range(1, limit + 1) if self.verify.timings(k + 1) >= self._TRUSTED_TIMINGS]
+        return max(timed, key=lambda k: (1 + k) / (k * draft_seconds + verify[k + 1]), default=0)
 
     def copy_pays(self, source: str, n: int) -> bool:
         """Whether a river round should copy n tokens of an n-gram match instead of
@@ -350,7 +372,7 @@ class DraftLength:
             return
         for name in self.budget:
             self.budget[name] += self._BUDGET_SHARE * seconds / one
-        if n_drafted or forwards:
+        if n_drafted:
             draft = self.estimate(source).draft
             cost = (
                 forwards * (median(draft) if draft else 0.0)
@@ -383,11 +405,8 @@ class DraftLength:
         self.verify.observe(n_drafted + 1, verify_seconds)
         if not n_drafted:
             self._timed_one_round = self._rounds
-        if not n_drafted and not draft_forwards:
             self._charge(PLAIN, 0, 0, 0, draft_seconds + verify_seconds)
             return
-        # A draft that p_min stopped before its first token drafted nothing, but its
-        # forward was spent: it is charged to the source like any other.
         source = source or "river"
         for name, (offered, accepted) in drafts_by_source(spans or [(source, n_drafted)], n_accepted).items():
             timed = name == source  # the drafting time is the round's source's

@@ -69,7 +69,8 @@ class Draft(Protocol):
         ...
 
     def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
-        """Up to k tokens continuing `history` (fewer when its confidence falls below p_min)."""
+        """Up to k tokens continuing `history`; a forward draft ends the round after
+        the first token whose top probability is below p_min (0: never)."""
         ...
 
     def keep(self, history: Sequence[int]) -> None:
@@ -78,9 +79,10 @@ class Draft(Protocol):
 
 
 def top_probability(logits: np.ndarray) -> float:
-    """The largest softmax probability of `logits` (temperature 1)."""
-    top = float(logits.max())
-    return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
+    """The largest softmax probability of `logits` (temperature 1). The exponentials
+    stay in float32 (each is at most 1) and only their sum is float64: over Qwen's
+    152k logits that takes 0.2 ms, against 1 ms in float64, on a 35 ms river token."""
+    return 1.0 / float(np.exp(logits - logits.max()).sum(dtype=np.float64))
 
 
 class _ForwardDraft:
@@ -103,9 +105,13 @@ class _ForwardDraft:
             context = list(history) + proposal.tokens
             logits = self._forward(context[self.model.n_past :])
             proposal.forwards += 1
+            proposal.add(self.name, [sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)])])
+            # An unsure token ends the round but is still verified: it costs one more
+            # verify position and no forward, and is kept as often as not (0.6-0.8
+            # below a top probability of 0.5 on the recorded traces). Stopping before
+            # it, as llama.cpp's draft p_min does, threw those away.
             if p_min > 0.0 and top_probability(logits) < p_min:
                 break
-            proposal.add(self.name, [sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)])])
         return proposal
 
     def _copy(self, proposal: Proposal, k: int) -> bool:

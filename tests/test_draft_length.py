@@ -187,32 +187,6 @@ def test_a_free_source_is_drafted_only_on_several_tested_tokens():
     assert min(evidence_when_drafted) >= DraftLength._FREE_EVIDENCE
 
 
-def test_a_draft_stopped_before_its_first_token_is_charged_to_its_source():
-    """A draft that p_min stops at once drafts nothing but spends a forward; the round
-    is charged to the source, so a source whose drafts always stop so rests within its
-    budget instead of spending a forward every round."""
-    length = DraftLength(8, adaptive=True)
-    wasted = spent = 0.0
-    chosen = 0
-    for _ in range(2000):
-        source, k = length.choose(1000, {"river": 8})
-        forwards = 1 if k else 0
-        draft, verify = 0.45 * forwards, 1.0  # a plain step costs 1
-        length.observe(
-            n_drafted=0,
-            n_accepted=0,
-            draft_seconds=draft,
-            verify_seconds=verify,
-            draft_forwards=forwards,
-            source=source if k else None,
-        )
-        chosen += forwards
-        wasted += draft
-        spent += draft + verify
-    assert chosen >= 5  # it was tried
-    assert wasted <= DraftLength._BUDGET_START + DraftLength._BUDGET_SHARE * spent + 0.45
-
-
 def test_copied_tokens_are_not_charged_as_forwards():
     """A river round that copied most of its tokens from a match spent one forward:
     its charge is that forward and the verify, not a forward per token."""
@@ -230,3 +204,27 @@ def test_copied_tokens_are_not_charged_as_forwards():
     )
     # 6 tokens against one forward (0.4) and a verify of 6 positions (1.0): 4.6 won
     assert abs(length.budget["river"] - (DraftLength._BUDGET_START + 6 - 1.4)) < 1e-6
+
+
+def _timed_river(ends_unsure: bool, timed_sizes: range) -> DraftLength:
+    """A DraftLength whose river is accepted at 0.6 and costs 0.3 of a one-position
+    verify, with every size in `timed_sizes` timed three times on a curve that is flat
+    to 6 positions and steps to twice the cost at 7."""
+    length = DraftLength(8, adaptive=True, ends_unsure=ends_unsure)
+    for size in timed_sizes:
+        for _ in range(3):
+            length.verify.observe(size, 1.0 if size <= 6 else 2.0)
+    length.estimate("river").observe(1, offered=10, accepted=6, draft_seconds=0.3, forwards=1)
+    return length
+
+
+def test_a_draft_that_ends_unsure_gets_the_length_that_pays_at_full_acceptance():
+    # At acceptance 0.6 a round of 1 or 2 pays most: (1 + 0.6) / (0.3 + 1) = 1.23 tokens
+    # per verify's time; at full acceptance, 5 (6 / 2.5 = 2.4), where the curve steps.
+    _, short = _timed_river(False, range(1, 10)).choose(1000, {"river": 8})
+    assert short in (1, 2)
+    assert _timed_river(True, range(1, 10)).choose(1000, {"river": 8}) == ("river", 5)
+    # Only timed sizes count: with verifies of at most 4 positions timed, 3 tokens.
+    assert _timed_river(True, range(1, 5)).choose(1000, {"river": 8}) == ("river", 3)
+    # The source's offer bounds it, as any length.
+    assert _timed_river(True, range(1, 10)).choose(1000, {"river": 4}) == ("river", 4)

@@ -1,6 +1,6 @@
-"""river_cpp.drafts: a river round copies an n-gram match midway, and a separate draft
-catches its cache up apart from its drafted tokens, on stand-in models whose every
-forward predicts one fixed token."""
+"""river_cpp.drafts: a river round copies an n-gram match midway, an unsure token ends a
+round, and a separate draft catches its cache up apart from its drafted tokens, on
+stand-in models whose every forward predicts one fixed token."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ N_VOCAB = 16
 
 
 class _OneTokenModel:
-    """A model (with a river) whose every forward predicts `token`; it records what
-    each forward fed it, and takes `catch_up_sleep` seconds over any forward of
-    several tokens."""
+    """A model (with a river) whose every forward predicts `token` (with the logit
+    `logit` against 0 for every other id); it records what each forward fed it, and
+    takes `catch_up_sleep` seconds over any forward of several tokens."""
 
     has_river = True
     n_vocab = N_VOCAB
 
-    def __init__(self, token: int, n_past: int = 0, catch_up_sleep: float = 0.0) -> None:
+    def __init__(self, token: int, n_past: int = 0, catch_up_sleep: float = 0.0, logit: float = 10.0) -> None:
         self.token = token
+        self.logit = logit
         self.n_past = n_past
         self.catch_up_sleep = catch_up_sleep
         self.fed: list[list[int]] = []
@@ -36,7 +37,7 @@ class _OneTokenModel:
         if len(ids) > 1:
             time.sleep(self.catch_up_sleep)
         logits = np.zeros((1, N_VOCAB), dtype=np.float32)
-        logits[0, self.token] = 10.0
+        logits[0, self.token] = self.logit
         return logits
 
     def rewind(self, n: int) -> None:
@@ -81,6 +82,22 @@ def test_the_first_token_is_the_chosen_sources():
     # The context ends with a match (1 -> 2), but the round was given to the river.
     proposal, _ = _draft([1, 2, 3, 1], token=5, k=1)
     assert proposal.spans == [("river", 1)]
+
+
+def test_an_unsure_token_ends_the_round_and_is_still_proposed():
+    greedy = Sampler(SamplingParams(temperature=0.0))
+    # Top probability e / (e + 15) = 0.15: below p_min, so the first token ends the round.
+    unsure = _OneTokenModel(token=5, n_past=3, logit=1.0)
+    proposal = RiverDraft(unsure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.5)
+    assert proposal.tokens == [5] and proposal.forwards == 1
+    # The same model drafts the whole length where nothing is asked of its confidence ...
+    unsure = _OneTokenModel(token=5, n_past=3, logit=1.0)
+    proposal = RiverDraft(unsure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.0)
+    assert proposal.tokens == [5] * 4
+    # ... and a sure one (top probability 0.9993) under p_min too.
+    sure = _OneTokenModel(token=5, n_past=3)
+    proposal = RiverDraft(sure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.5)
+    assert proposal.tokens == [5] * 4 and proposal.forwards == 4
 
 
 def test_a_separate_draft_catches_up_apart_from_its_drafted_tokens():

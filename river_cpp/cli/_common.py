@@ -130,7 +130,8 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_P_MIN,
         metavar="P",
-        help=f"stop a river draft below this top probability (default {DEFAULT_P_MIN:g}: never)",
+        help=f"end a river or model draft's round after a token with a lower top probability "
+        f"(default {DEFAULT_P_MIN:g}; 0: never)",
     )
     group.add_argument(
         "--draft-vocab",
