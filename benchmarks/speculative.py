@@ -279,7 +279,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         metavar="K",
         help="also each river at a fixed draft length K (not adaptive)",
     )
-    p.add_argument("--p-min", type=float, default=None, help="draft p_min (default: Speculative's)")
+    p.add_argument(
+        "--p-min",
+        type=float,
+        nargs="+",
+        default=None,
+        help="draft p_min (default: Speculative's); several values give each lossless row once per value",
+    )
     p.add_argument(
         "--draft-vocabs",
         type=int,
@@ -317,15 +323,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load = dict(n_ctx=n_ctx, n_threads=args.threads, progress=False)
     base = RiverModel(backbone, river=None, **load)
     configs = [Config("backbone (ours)", base)]
-    spec_options = {} if args.p_min is None else {"p_min": args.p_min}
+    # Speculative options and the label suffix of each --p-min value
+    spec_variants = [({}, "")]
+    if args.p_min:
+        several = len(args.p_min) > 1
+        spec_variants = [({"p_min": p_min}, f" p_min {p_min:g}" if several else "") for p_min in args.p_min]
     rivers = {}
     for river in args.rivers:
         for head in args.heads:
             name = river if head == "q8_0" else f"{river} head {head}"
             rivers[name] = RiverModel(backbone, river=river, river_head=head, **load)
-            for vocab, draft in itertools.product(args.draft_vocabs, args.drafts):
+            variants = itertools.product(args.draft_vocabs, args.drafts, spec_variants)
+            for vocab, draft, (spec_options, suffix) in variants:
                 label = name if vocab == (DEFAULT_DRAFT_VOCAB or 0) else f"{name} vocab {vocab or 'all'}"
-                label = f"{draft} ({label})" if "river" in draft else draft
+                label = (f"{draft} ({label})" if "river" in draft else draft) + suffix
                 options = dict(spec_options, draft_vocab=vocab or None, draft=draft)
                 configs.append(Config(f"lossless {label}", rivers[name], Speculative(**options)))
                 for k in args.fixed:
@@ -336,7 +347,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     )
     if args.draft_model:
         small = RiverModel(args.draft_model, river=None, **load)
-        configs.append(Config(f"draft {Path(args.draft_model).name}", base, Speculative(draft=small, **spec_options)))
+        for spec_options, suffix in spec_variants:
+            label = f"draft {Path(args.draft_model).name}{suffix}"
+            configs.append(Config(label, base, Speculative(draft=small, **spec_options)))
     for rung in args.peers:
         configs.append(Config(f"llama.cpp {rung}", _open_peer(rung_path(backbone, rung), n_ctx, args.threads)))
     if args.prompt_lookup:
