@@ -415,7 +415,9 @@ gc.collect()
 report["forward"] = attempt(lambda: a.forward(ids[:1]))
 report["forward_again"] = attempt(lambda: a.forward(ids[:1]))
 report["close"] = timed(a.close)
-restarted = subprocess.Popen(server_command)
+# Its output must not share this process's stdout, which carries only the report: on
+# one host the server's "Accepted client connection" landed on the report's line.
+restarted = subprocess.Popen(server_command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 try:
     wait_until_port(answers=True)
     report["reconnect"] = attempt(lambda: RiverModel(model_path, **options, rpc_servers=[endpoint]))
