@@ -243,7 +243,10 @@ def summarize(
     over replays), relative to plain decoding replayed with the same draws; river
     drafts stop below `p_min` (which needs a trace with the river's top probabilities)."""
     if p_min > 0.0 and any("confidence" not in prompt for prompt in trace["prompts"]):
-        raise ValueError("--p-min needs a trace recorded with the river's top probabilities (record it again)")
+        raise ValueError(
+            "--p-min above 0 (the default is Speculative's) needs a trace recorded with the river's top "
+            "probabilities: record it again, or replay with --p-min 0"
+        )
     costs = Costs(trace, np.random.default_rng(seed), ratios)
     ngrams = None
     if "ngram" in drafts:
