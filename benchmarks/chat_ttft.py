@@ -11,7 +11,7 @@ import statistics
 import time
 
 from river_cpp import RiverModel
-from river_cpp.demo import demo_backbone_path
+from river_cpp.apps.demo import demo_backbone_path
 
 SYSTEM = (
     "You are a patient geography tutor. You answer in plain language, give one concrete example "

@@ -17,11 +17,11 @@ the policy many times in milliseconds:
   verifying n positions (benchmarks/speculative.py's verify_costs), which scales a
   one-position draw into an n-position one.
 
-The replay runs river_cpp.draft_length.DraftLength over the prompts in turn (it keeps
+The replay runs river_cpp.decoding.draft_length.DraftLength over the prompts in turn (it keeps
 what it learned, as a model does), `--replays` times with fresh draws, and prints
 tokens/s relative to plain decoding, with every fixed length as the control.
 `--drafts` replays the portfolio: at each position an n-gram match from the context
-(found again in the recorded tokens, river_cpp.ngram) is offered beside the river,
+(found again in the recorded tokens, river_cpp.decoding.ngram) is offered beside the river,
 at no cost, with as many tokens accepted as its proposal shares with the backbone's
 continuation; the fixed-length controls draft from the river alone. `--p-min` replays
 Speculative.p_min from the river's top probability at each draft, which a trace records
@@ -40,11 +40,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.acceptance import common_prefix
-from river_cpp.draft_length import DraftLength
-from river_cpp.drafts import copy_source, ngram_source, top_probability
-from river_cpp.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
-from river_cpp.speculative import DEFAULT_P_MIN
+from river_cpp.decoding.acceptance import common_prefix
+from river_cpp.decoding.draft_length import DraftLength
+from river_cpp.decoding.drafts import copy_source, ngram_source, top_probability
+from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
+from river_cpp.decoding.speculative import DEFAULT_P_MIN
 
 # ---------------------------------------------------------------- recording
 

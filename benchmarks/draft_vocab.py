@@ -33,7 +33,7 @@ import numpy as np
 from speculative import chat_prompts, draft_cost, humaneval_prompts, verify_costs
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.presets import LOSSLESS
+from river_cpp.decoding.presets import LOSSLESS
 
 CORPUS_CHARS = 4_000_000
 

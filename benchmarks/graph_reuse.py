@@ -20,8 +20,8 @@ import statistics
 import time
 
 from river_cpp import RiverModel
-from river_cpp.demo import demo_backbone_path
-from river_cpp.policy import ExitPolicy
+from river_cpp.apps.demo import demo_backbone_path
+from river_cpp.decoding.policy import ExitPolicy
 
 PROMPT = "The river carried the boat past the old mill, and the miller's daughter"
 WARM_UP = 4

@@ -17,10 +17,10 @@ import argparse
 from dataclasses import replace
 from typing import Optional, Sequence
 
+from river_cpp.decoding.presets import FAST
 from river_cpp.measure import comparison as cmp
 from river_cpp.measure.bench import DEFAULT_PEERS, default_configs, measure
 from river_cpp.measure.pareto import plot_pareto, speed_ratios
-from river_cpp.presets import FAST
 
 
 def merged(paths: Sequence[str]) -> cmp.Comparison:

@@ -41,11 +41,17 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from river_cpp import ExitPolicy, RiverModel, Speculative
-from river_cpp.language_model import LanguageModel
+from river_cpp.decoding.presets import LOSSLESS
+from river_cpp.decoding.speculative import (
+    DEFAULT_DRAFT,
+    DEFAULT_DRAFT_VOCAB,
+    DEFAULT_MAX_DRAFT,
+    DRAFTS,
+    draft_length_for,
+)
+from river_cpp.engine.language_model import LanguageModel
 from river_cpp.measure.ladder import rung_path
 from river_cpp.measure.weight_bytes import WeightBytes
-from river_cpp.presets import LOSSLESS
-from river_cpp.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DRAFTS, draft_length_for
 
 DATA = Path(__file__).resolve().parent.parent / "river_cpp" / "data"
 

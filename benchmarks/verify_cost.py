@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from river_cpp import RiverModel
-from river_cpp.language_model import LanguageModel
+from river_cpp.engine.language_model import LanguageModel
 from river_cpp.measure.llama_peer import LlamaCppPeer
 
 

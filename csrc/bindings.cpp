@@ -1,4 +1,4 @@
-// pybind11 module river_cpp._core: a thin skin over Engine.
+// pybind11 module river_cpp.engine._core: a thin skin over Engine.
 // Converts arrays and errors; holds no logic of its own.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>

@@ -1,4 +1,4 @@
-// river_cpp._core.gguf_info: the validated header of a GGUF file as Python values,
+// river_cpp.engine._core.gguf_info: the validated header of a GGUF file as Python values,
 // and check_vocabulary. Reads the header only (bounded reads, no mapping, no tensor
 // data); holds no logic beyond converting gguf_header.*'s structures.
 #include <pybind11/pybind11.h>

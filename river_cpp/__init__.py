@@ -1,18 +1,37 @@
-"""river-cpp: GGUF language models with River-LLM seamless early exit, on ggml."""
+"""river-cpp: GGUF language models with River-LLM seamless early exit, on ggml.
 
-from river_cpp._ggml import check_llama_cpp_python
+The package reads top-down in four layers, each a subpackage:
 
-check_llama_cpp_python()
+- engine: a GGUF backbone and its river on ggml (RiverModel, the C++ `_core`, the
+  tokenizer, building rivers, placing weights on devices, reading GGUF headers);
+- decoding: how a call turns logits into tokens (the generation loop, sampling, exit
+  policies, presets, drafts and their verification, the one decoding decision);
+- apps: what users run (OpenAI-shaped completions, the chat, the CLI, the server,
+  the Hub, the demo model, `info`);
+- measure: speed and quality against the backbone and llama.cpp.
 
-from river_cpp._core import RiverError  # noqa: E402
-from river_cpp.context import ContextOverflowError  # noqa: E402
-from river_cpp.exit_stats import ExitStats  # noqa: E402
-from river_cpp.generation import GenerationChunk, GenerationResult  # noqa: E402
-from river_cpp.info import system_info  # noqa: E402
-from river_cpp.model import RiverModel  # noqa: E402
-from river_cpp.policy import ExitPolicy  # noqa: E402
-from river_cpp.sampling import SamplingParams  # noqa: E402
-from river_cpp.speculative import Speculative, SpeculativeStats  # noqa: E402
+`import river_cpp` is cheap: the names below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "ContextOverflowError": "river_cpp.engine.context",
+    "ExitPolicy": "river_cpp.decoding.policy",
+    "ExitStats": "river_cpp.decoding.exit_stats",
+    "GenerationChunk": "river_cpp.decoding.generation",
+    "GenerationResult": "river_cpp.decoding.generation",
+    "RiverError": "river_cpp.engine._core",
+    "RiverModel": "river_cpp.engine.model",
+    "SamplingParams": "river_cpp.decoding.sampling",
+    "Speculative": "river_cpp.decoding.speculative",
+    "SpeculativeStats": "river_cpp.decoding.speculative",
+    "system_info": "river_cpp.apps.info",
+}
 
 __all__ = [
     "ContextOverflowError",
@@ -28,3 +47,28 @@ __all__ = [
     "system_info",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'river_cpp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
+    from river_cpp.apps.info import system_info
+    from river_cpp.decoding.exit_stats import ExitStats
+    from river_cpp.decoding.generation import GenerationChunk, GenerationResult
+    from river_cpp.decoding.policy import ExitPolicy
+    from river_cpp.decoding.sampling import SamplingParams
+    from river_cpp.decoding.speculative import Speculative, SpeculativeStats
+    from river_cpp.engine._core import RiverError
+    from river_cpp.engine.context import ContextOverflowError
+    from river_cpp.engine.model import RiverModel

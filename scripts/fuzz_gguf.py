@@ -5,7 +5,7 @@
     nice -n 19 python scripts/fuzz_gguf.py river structure -max_total_time=1200
     nice -n 19 python scripts/fuzz_gguf.py vocab -max_total_time=1200
 
-Targets: `backbone` loads the mutated file as a backbone (river_cpp._core.Engine) and
+Targets: `backbone` loads the mutated file as a backbone (river_cpp.engine._core.Engine) and
 runs a forward; `river` loads it as the river of a valid tiny backbone and runs a
 forward on it. Modes: `bytes` applies one to eight random byte edits to a valid tiny
 model (overwrites, bit flips, boundary integers, deletions, duplications, three in
@@ -159,8 +159,8 @@ class Choices:
 
 class Harness:
     def __init__(self, target: str, mode: str, work: Path) -> None:
-        from river_cpp import _core
-        from river_cpp._ggml import set_ggml_verbosity
+        from river_cpp.engine import _core
+        from river_cpp.engine._ggml import set_ggml_verbosity
 
         set_ggml_verbosity(False)
         self.core = _core

@@ -30,7 +30,7 @@ python -m pip install -q --find-links "$wheel_dir" -e ".[test]"
 
 echo "== devices"
 python - <<'PY'
-from river_cpp import _core
+from river_cpp.engine import _core
 devices = _core.devices()
 for d in devices:
     print(f"  {d['name']:<10} {d['type']:<5} {d['memory_free'] >> 20:>7} MiB free  {d['description']}")
@@ -41,7 +41,7 @@ echo "== where the demo model's layers live"
 river-cpp generate -v -t "$threads" -n 16 "The river" 2>&1 | grep -A5 "^river-cpp: placement"
 
 echo "== parity with llama.cpp and the static split, on the GPU (n_gpu_layers=-1 is the default)"
-python -m pytest -q -x tests/test_engine.py -k "parity" tests/test_river.py -k "static_split" tests/test_speculative.py
+python -m pytest -q -x tests/engine/test_engine.py -k "parity" tests/engine/test_river.py -k "static_split" tests/decoding/test_speculative.py
 
 echo "== decode speed on the GPU: backbone, River tau 0.98, full river, llama.cpp F16/Q8_0/Q4_0"
 river-cpp bench -t "$threads" --tau 0.98 --peers F16 Q8_0 Q4_0 -p 256 -n 128 -r 3 --no-memory

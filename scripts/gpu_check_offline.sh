@@ -30,7 +30,7 @@
 #              runs with flash_attn=False; RIVER_GPU_CUDA_FA=on builds them), mtmd, NCCL;
 #              cuBLAS and the driver library are found where the toolkit lacks them
 #   river-cpp  this checkout against that ggml (no index, no build isolation, no deps)
-#   devices    river_cpp._core.devices(); the run stops here without a GPU
+#   devices    river_cpp.engine._core.devices(); the run stops here without a GPU
 #   models     a random-weight F16 qwen2 with Qwen2.5-Coder-1.5B's shapes (1.5B parameters,
 #              Q/K/V biases, tied embeddings, its tokenizer), written in seconds
 #   parity     our backbone's logits against llama-cpp-python's on that file, both on the
@@ -38,7 +38,7 @@
 #   speed      plain decode tok/s, ours and llama.cpp's (the same generate loop; and
 #              llama-cpp-python's own eval loop), interleaved; V(n)/V(1) for n = 1..9;
 #              Speculative(draft="ngram") against plain decoding on random token ids
-#   tests      tests/test_engine.py, test_speculative.py, test_river.py without the real
+#   tests      tests/engine/test_engine.py, test_speculative.py, test_river.py without the real
 #              models (-m "not real_model"; nor the 2000-sample chi-square tests): ours on
 #              the GPU against llama.cpp on the CPU; -rs prints every skip's reason. Each
 #              file at most 150 s, and 75 s of the budget stay for the step after them
@@ -273,7 +273,7 @@ def cmd_env(args) -> None:
 
 
 def cmd_devices(args) -> None:
-    from river_cpp import _core
+    from river_cpp.engine import _core
 
     import llama_cpp
 
@@ -287,7 +287,7 @@ def cmd_devices(args) -> None:
         "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
     }
     try:
-        from river_cpp.info import system_info
+        from river_cpp.apps.info import system_info
 
         figures["system_info"] = system_info()
     except Exception as error:  # informative only
@@ -785,8 +785,8 @@ prepare() {
     log "metadata headers"
     write_lib "$tmp/lib.py"
     local demo qwen
-    demo=$("$py" -c 'from river_cpp.demo import demo_model_path; print(demo_model_path())')
-    qwen=$("$py" -c 'from river_cpp.cache import models_dir; print(models_dir() / "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")')
+    demo=$("$py" -c 'from river_cpp.apps.demo import demo_model_path; print(demo_model_path())')
+    qwen=$("$py" -c 'from river_cpp.engine.cache import models_dir; print(models_dir() / "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")')
     nice -n 19 "$py" "$tmp/lib.py" header "$demo" "$GPU/headers/smollm2-135m.header.gguf"
     nice -n 19 "$py" "$tmp/lib.py" header "$qwen" "$GPU/headers/qwen2.5-coder-1.5b.header.gguf"
     if [[ -n ${RIVER_CUBLAS_WHEEL:-} ]]; then
@@ -825,7 +825,7 @@ else
     TEST_K_DEFAULT="not sampled_tokens_follow and not sampling_test_can_fail"
 fi
 STEPS=${RIVER_GPU_STEPS:-devices models parity speed tests rivercost}
-TESTS=${RIVER_GPU_TESTS:-tests/test_engine.py tests/test_speculative.py tests/test_river.py}
+TESTS=${RIVER_GPU_TESTS:-tests/engine/test_engine.py tests/decoding/test_speculative.py tests/engine/test_river.py}
 TEST_MARKS=${RIVER_GPU_TEST_MARKS:-not real_model}
 TEST_K=${RIVER_GPU_TEST_K:-$TEST_K_DEFAULT}
 if [[ -z ${RIVER_GPU_WORK:-} ]]; then
@@ -1043,7 +1043,7 @@ step_river() {
         --no-cache-dir --target "$SITE" "$ROOT" || rc=$?
     kill "$TICK" 2>/dev/null || true
     ((rc == 0)) || build_failed "river-cpp did not build"
-    (cd /tmp && "$PY" -c "import llama_cpp, river_cpp, river_cpp._core as c; print('  llama_cpp from', llama_cpp.__file__); print('  river_cpp from', river_cpp.__file__); print('  _core', c.__file__)") \
+    (cd /tmp && "$PY" -c "import llama_cpp, river_cpp, river_cpp.engine._core as c; print('  llama_cpp from', llama_cpp.__file__); print('  river_cpp from', river_cpp.__file__); print('  _core', c.__file__)") \
         || die "river_cpp does not import"
 }
 

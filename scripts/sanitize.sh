@@ -4,7 +4,7 @@
 # a copy of the Python sources in build/asan-pkg, and Python runs with -S (so the
 # editable install's finder does not redirect river_cpp) and the ASan runtime
 # preloaded (Python itself is not instrumented).
-#   scripts/sanitize.sh tests/test_gguf_validation.py tests/test_engine.py -x
+#   scripts/sanitize.sh tests/engine/test_gguf_validation.py tests/engine/test_engine.py -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -18,8 +18,8 @@ fi
 ninja -C build/asan
 rm -rf build/asan-pkg && mkdir -p build/asan-pkg
 cp -r river_cpp build/asan-pkg/river_cpp
-cp build/asan/_core*.so build/asan-pkg/river_cpp/
-ln -s "$SITE/llama_cpp" build/asan-pkg/llama_cpp   # the module's rpath: ../llama_cpp/lib
+cp build/asan/_core*.so build/asan-pkg/river_cpp/engine/
+ln -s "$SITE/llama_cpp" build/asan-pkg/llama_cpp   # the module's rpath: ../../llama_cpp/lib
 # ggml's CPU backend leaks a few thread-pool objects by design; report, do not fail on leaks
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

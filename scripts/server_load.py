@@ -101,7 +101,7 @@ def main() -> int:
     command = [
         sys.executable,
         "-c",
-        "import sys; from river_cpp.cli import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from river_cpp.apps.cli import main; sys.exit(main(sys.argv[1:]))",
         "serve",
         "--port",
         str(port),

@@ -18,18 +18,18 @@ import numpy as np
 import pytest
 from gguf_files import add_fields, write_and_close
 
+import river_cpp.engine.model
+import river_cpp.engine.placement
 import river_cpp.measure.llama_peer
-import river_cpp.model
-import river_cpp.placement
-from river_cpp import _core
-from river_cpp.backbones import f16_backbone_path
-from river_cpp.cache import models_dir
-from river_cpp.demo import demo_backbone_path, demo_model_path
+from river_cpp.apps.demo import demo_backbone_path, demo_model_path
+from river_cpp.engine import _core
+from river_cpp.engine.backbones import f16_backbone_path
+from river_cpp.engine.cache import models_dir
 
 # ---------------------------------------------------------------- the Vulkan device
 #
 # Mesa's lavapipe, a Vulkan driver that runs on the CPU, is the tests' Vulkan device
-# (tests/test_devices.py). ggml-vulkan uses only discrete and integrated GPUs unless
+# (tests/engine/test_devices.py). ggml-vulkan uses only discrete and integrated GPUs unless
 # GGML_VK_VISIBLE_DEVICES names others, and reads that variable once, when ggml
 # registers its backends (the first _core.devices()). So it is set for this process
 # only, while the backends register here, before any test; subprocesses (the RPC
@@ -42,16 +42,16 @@ if "GGML_VK_VISIBLE_DEVICES" not in os.environ:
         del os.environ["GGML_VK_VISIBLE_DEVICES"]
 
 
-def host_offload_devices(rpc_servers=()) -> list[river_cpp.placement.Device]:
-    """river_cpp.placement.offload_devices without Vulkan devices, so that only the
+def host_offload_devices(rpc_servers=()) -> list[river_cpp.engine.placement.Device]:
+    """river_cpp.engine.placement.offload_devices without Vulkan devices, so that only the
     tests that ask for the Vulkan device run on it (lavapipe is slow)."""
-    return [d for d in river_cpp.placement.offload_devices(rpc_servers) if not d.name.startswith("Vulkan")]
+    return [d for d in river_cpp.engine.placement.offload_devices(rpc_servers) if not d.name.startswith("Vulkan")]
 
 
 # Models offload to Vulkan only in tests that ask for it (the vulkan_device fixture puts
 # the real offload_devices back for its test). For the whole session, not per test:
 # module-scoped fixtures load their models before a per-test patch would apply.
-river_cpp.model.offload_devices = host_offload_devices
+river_cpp.engine.model.offload_devices = host_offload_devices
 
 # llama.cpp peers (bench, eval, the comparison's rows) take every device ggml registered,
 # the tests' Vulkan device too, even at n_gpu_layers=0; in the tests they are CPU

@@ -27,7 +27,8 @@ find_package(ggml CONFIG REQUIRED PATHS "${RIVER_SITE_PACKAGES}" NO_DEFAULT_PATH
 message(STATUS "river-cpp: ggml from llama-cpp-python ${_river_llama_version} in ${RIVER_SITE_PACKAGES}")
 
 # At run time, resolve libggml*.so from llama_cpp/lib next to our package in the
-# installed site-packages: the copies llama-cpp-python itself loads.
+# installed site-packages (the module lives in river_cpp/engine/, two folders below):
+# the copies llama-cpp-python itself loads.
 function(river_link_ggml_at_runtime target)
     if (APPLE)
         set(_origin "@loader_path")
@@ -35,6 +36,6 @@ function(river_link_ggml_at_runtime target)
         set(_origin "$ORIGIN")
     endif()
     set_target_properties(${target} PROPERTIES
-        INSTALL_RPATH "${_origin}/../llama_cpp/lib"
+        INSTALL_RPATH "${_origin}/../../llama_cpp/lib"
         BUILD_WITH_INSTALL_RPATH TRUE)
 endfunction()

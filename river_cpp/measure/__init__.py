@@ -4,5 +4,5 @@ they share (configurations, corpus, llama.cpp's quant ladder and peer, weight by
 
 The runtime (model, generation, speculative, sampling, tokenizer, river, policy,
 the CLI's generate, chat and server) never imports this package; every measurement
-runs the runtime's one generation loop, river_cpp.generation.generate_step.
+runs the runtime's one generation loop, river_cpp.decoding.generation.generate_step.
 """

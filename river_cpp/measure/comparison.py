@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.language_model import LanguageModel
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.decoding.presets import FAST, PAPER
+from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.model import RiverModel
 from river_cpp.measure.configs import (
     RiverConfig,
     decode_on_river,
@@ -42,12 +45,9 @@ from river_cpp.measure.evaluate import (
     tokens_until_divergence,
 )
 from river_cpp.measure.weight_bytes import WeightBytes
-from river_cpp.model import RiverModel
-from river_cpp.policy import ExitPolicy
-from river_cpp.presets import FAST, PAPER
 
 if TYPE_CHECKING:
-    from river_cpp.speculative import Speculative
+    from river_cpp.decoding.speculative import Speculative
 
 FORMAT = "river-cpp-eval/1"
 # The extensions beyond the paper's River that `eval` can add (issue 5's b-e).
@@ -498,8 +498,8 @@ def run_comparison(
     row as soon as it is measured. speculative: River rows' greedy runs are lossless
     River's (their tokens until divergence then measure the verification, not the exits).
     """
+    from river_cpp.engine.model import default_n_threads
     from river_cpp.measure.ladder import rung_path
-    from river_cpp.model import default_n_threads
 
     work.check()
     backbone = Path(backbone)

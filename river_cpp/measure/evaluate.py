@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.acceptance import common_prefix
-from river_cpp.generation import generate_step
-from river_cpp.language_model import LanguageModel
-from river_cpp.policy import ExitPolicy
+from river_cpp.decoding.acceptance import common_prefix
+from river_cpp.decoding.generation import generate_step
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.engine.language_model import LanguageModel
 
 if TYPE_CHECKING:
-    from river_cpp.model import RiverModel
-    from river_cpp.speculative import Speculative
+    from river_cpp.decoding.speculative import Speculative
+    from river_cpp.engine.model import RiverModel
 
 
 # ---------------------------------------------------------------- samplers

@@ -2,10 +2,10 @@
 
 The one place measurement sets up llama-cpp-python. Bench, eval and humaneval run
 their llama.cpp rows through it with the same loop as River's
-(river_cpp.generation.generate_step), the same tokenizer (river-cpp's, on the same
+(river_cpp.decoding.generation.generate_step), the same tokenizer (river-cpp's, on the same
 file) and RiverModel's settings: the same threads for batches and single tokens,
 512-token batches, no flash attention, and the CPU extra buffer types river-cpp's
-probe allows (river_cpp.extra_bufts; llama.cpp can only take all or none of them). It
+probe allows (river_cpp.engine.extra_bufts; llama.cpp can only take all or none of them). It
 has one weight set, so every route is the same, every token runs all layers, and it
 keeps no prompt cache.
 """
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp import _core
-from river_cpp.context import check_fits
-from river_cpp.gguf_info import read_gguf_info
-from river_cpp.language_model import ROUTES
-from river_cpp.policy import ExitPolicy
-from river_cpp.tokenizer import Tokenizer
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.engine import _core
+from river_cpp.engine.context import check_fits
+from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.language_model import ROUTES
+from river_cpp.engine.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -40,7 +40,7 @@ _NO_DEVICES = (ctypes.c_void_p * 1)()
 def peer_note() -> Optional[str]:
     """Why llama.cpp peers run without the CPU's extra buffer types (and so without
     their repacked layouts) in this process; None when they use them."""
-    from river_cpp.extra_bufts import extra_bufts
+    from river_cpp.engine.extra_bufts import extra_bufts
 
     return extra_bufts().llama_cpp_note()
 
@@ -97,8 +97,8 @@ class LlamaCppPeer:
     ) -> None:
         import llama_cpp
 
-        from river_cpp._ggml import set_ggml_verbosity
-        from river_cpp.model import default_n_threads
+        from river_cpp.engine._ggml import set_ggml_verbosity
+        from river_cpp.engine.model import default_n_threads
 
         self.path = Path(path)
         if not self.path.is_file():
@@ -257,7 +257,7 @@ class LlamaCppPeer:
         return logits
 
     def generate(self, prompt: Union[str, Sequence[int]], **options):
-        """Generate a continuation of `prompt`; see river_cpp.generation.generate."""
-        from river_cpp.generation import generate
+        """Generate a continuation of `prompt`; see river_cpp.decoding.generation.generate."""
+        from river_cpp.decoding.generation import generate
 
         return generate(self, prompt, **options)

@@ -82,7 +82,7 @@ def _matrix_bytes(path: Union[str, os.PathLike]) -> tuple[tuple[int, ...], int]:
 
     The head is `output.weight`, or the token embedding a tied model multiplies with.
     """
-    from river_cpp.gguf_info import read_gguf_info
+    from river_cpp.engine.gguf_info import read_gguf_info
 
     per_layer: dict[int, int] = {}
     sizes = {}

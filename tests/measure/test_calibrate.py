@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.cli import main
+from river_cpp.apps.cli import main
+from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.measure.calibrate import PER_LAYER, UNIFORM, Target, Trial, bisect, calibrate, signal_quantile_policy
 from river_cpp.measure.comparison import Workload, forced_positions, reference_run
 from river_cpp.measure.evaluate import QualityReport
-from river_cpp.policy import ExitPolicy
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from river_cpp.cli import main
+from river_cpp.apps.cli import main
+from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.measure import humaneval as he
-from river_cpp.policy import ExitPolicy
 
 ADD = he.Problem(
     "HumanEval/900",

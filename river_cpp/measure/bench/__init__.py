@@ -12,7 +12,7 @@ How it measures
   loaded at once in this process, with the same context length, batch size (512) and
   threads (for single tokens and batches alike). llama.cpp runs without flash
   attention, as our engine does, and both hand Python the last position's logits.
-  Both run the same loop, river_cpp.generation.generate_step.
+  Both run the same loop, river_cpp.decoding.generation.generate_step.
 - After one untimed warm-up of each test, each repetition runs every configuration's
   tests in turn (round-robin), so slow drifts of the machine (other load, heat) fall
   on all configurations alike rather than on whichever ran last.

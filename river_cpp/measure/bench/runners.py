@@ -2,7 +2,7 @@
 
 Owns what runs (our configurations as RiverModels, llama.cpp peers as
 LlamaCppPeers) and the fixed token sequence they are fed. Every test runs the one
-decode loop, river_cpp.generation.generate_step, with a sampler that forces the
+decode loop, river_cpp.decoding.generation.generate_step, with a sampler that forces the
 sequence's tokens. The round-robin session lives in .session, the report in .report,
 the peak-RSS child in .rss.
 """
@@ -18,14 +18,14 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.generation import generate_step
-from river_cpp.gguf_info import read_gguf_info
-from river_cpp.language_model import LanguageModel
+from river_cpp.decoding.generation import generate_step
+from river_cpp.decoding.presets import PAPER
+from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.language_model import LanguageModel
 from river_cpp.measure.bench.report import BACKBONE_RUNG, LLAMA_ENGINE, RIVER_ENGINE
 from river_cpp.measure.configs import RiverConfig, backbone_config, full_river, peer_name, river_at_tau
 from river_cpp.measure.evaluate import ForcedTokens
 from river_cpp.measure.ladder import LADDER_TYPES, rung_path
-from river_cpp.presets import PAPER
 
 DEFAULT_PEERS: tuple[str, ...] = (BACKBONE_RUNG,) + tuple(LADDER_TYPES)
 
@@ -63,9 +63,9 @@ def gguf_tensor_bytes(path: Union[str, os.PathLike]) -> int:
 def bench_tokens(model_path: Union[str, os.PathLike], n_tokens: int) -> list[int]:
     """The fixed token sequence every configuration is fed: BOS (when the model adds
     one), then the project's chat prompts in the model's chat template, repeated."""
-    from river_cpp._ggml import set_ggml_verbosity
+    from river_cpp.engine._ggml import set_ggml_verbosity
+    from river_cpp.engine.tokenizer import Tokenizer
     from river_cpp.measure.corpus import chat_prompts, document_tokens
-    from river_cpp.tokenizer import Tokenizer
 
     set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
     tokenizer = Tokenizer(os.fspath(model_path))

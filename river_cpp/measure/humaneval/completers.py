@@ -1,7 +1,7 @@
 """Greedy completions of HumanEval prompts by any LanguageModel.
 
 One completer for every engine: RiverModel in a RiverConfig and llama.cpp through
-LlamaCppPeer both run river_cpp.generation.generate (the same tokenizer, greedy
+LlamaCppPeer both run river_cpp.decoding.generation.generate (the same tokenizer, greedy
 choice and stop handling), so a difference between rows is the model's, not the
 loop's. Owns how a completion is cut and counted; not the problems or the sandbox.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
-from river_cpp.generation import generate
-from river_cpp.language_model import LanguageModel
+from river_cpp.decoding.generation import generate
+from river_cpp.engine.language_model import LanguageModel
 
 if TYPE_CHECKING:
-    from river_cpp.speculative import Speculative
+    from river_cpp.decoding.speculative import Speculative
 
 RIVER_ENGINE, LLAMA_ENGINE = "river-cpp", "llama.cpp"
 # HumanEval's completion-mode stops (as in the Codex paper's harness): a line that

@@ -23,7 +23,7 @@ from river_cpp.measure.humaneval.completers import LLAMA_ENGINE, RIVER_ENGINE, S
 from river_cpp.measure.humaneval.sandbox import DEFAULT_TIMEOUT, run_program
 
 if TYPE_CHECKING:
-    from river_cpp.speculative import Speculative
+    from river_cpp.decoding.speculative import Speculative
 
 DEFAULT_PROBLEMS = 40
 DEFAULT_MAX_TOKENS = 384
@@ -346,7 +346,7 @@ def run_humaneval(
     on_config is called with the report after each target finishes, e.g. to save
     partial results of a long run.
     """
-    from river_cpp.model import default_n_threads
+    from river_cpp.engine.model import default_n_threads
 
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")

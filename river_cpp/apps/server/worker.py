@@ -1,0 +1,143 @@
+"""The model's one thread: a bounded FIFO of jobs, each a request's generation,
+reporting to the event loop and stopping when cancelled.
+
+The engine is not reentrant, so one thread loads the model and runs every request in
+arrival order; the event loop only queues jobs and reads their events, and never
+waits on the model. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections import deque
+from typing import Any, Callable, Optional
+
+from river_cpp.apps.completions import CANCELLED
+from river_cpp.apps.server.config import DEFAULT_QUEUE_SIZE
+from river_cpp.apps.server.protocol import APIError, ParsedRequest, overflow_error
+from river_cpp.engine.context import ContextOverflowError
+
+log = logging.getLogger("river_cpp.apps.server")
+
+
+class Job:
+    """One request's generation: runs on the worker thread, reports to the event loop.
+
+    Events on `events` (an asyncio.Queue of `loop`): ("chunk", dict) for each chunk of
+    a stream, ("result", dict) for a whole answer, ("error", APIError), and always
+    ("done",) last. Setting `cancel` stops the generation at its next token.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, request: ParsedRequest, model_id: str) -> None:
+        self.loop = loop
+        self.request = request
+        self.model_id = model_id
+        self.events: asyncio.Queue[tuple] = asyncio.Queue()
+        self.cancel = threading.Event()
+        self.finish_reason: Optional[str] = None
+        self.n_chunks = 0
+
+    def _post(self, *event: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening
+            self.cancel.set()
+
+    def run(self, model) -> None:
+        """Generate (on the worker thread), posting ("chunk" | "result" | "error", ...), then ("done",)."""
+        try:
+            if self.cancel.is_set():
+                self.finish_reason = CANCELLED
+                return
+            request = self.request
+            call = model.create_chat_completion if request.chat else model.create_completion
+            out = call(request.prompt, **request.options, cancel=self.cancel, model_name=self.model_id)
+            if isinstance(out, dict):
+                self.finish_reason = out["choices"][0]["finish_reason"]
+                self._post("result", out)
+                return
+            try:
+                for chunk in out:
+                    self.n_chunks += 1
+                    for choice in chunk["choices"]:
+                        self.finish_reason = choice["finish_reason"] or self.finish_reason
+                    self._post("chunk", chunk)
+                    if self.cancel.is_set():
+                        self.finish_reason = CANCELLED
+                        break
+            finally:
+                out.close()
+        except ContextOverflowError as error:
+            self._post("error", overflow_error(error, chat=self.request.chat))
+        except (ValueError, TypeError) as error:
+            self._post("error", APIError(400, str(error)))
+        except Exception as error:  # noqa: BLE001 - a failed generation must not kill the worker
+            log.exception("generation failed")
+            self._post("error", APIError(500, f"generation failed: {error}", kind="server_error"))
+        finally:
+            self._post("done")
+
+
+class ModelWorker:
+    """The one thread that loads and runs the model; jobs wait in a bounded FIFO."""
+
+    def __init__(self, load: Callable[[], Any], *, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+        self._load = load
+        self.capacity = queue_size + 1  # the running job and those waiting
+        self._jobs: queue.Queue[Optional[Job]] = queue.Queue()
+        self._pending = 0
+        self._count_lock = threading.Lock()
+        self.model: Any = None
+        self.load_error: Optional[BaseException] = None
+        self.ready = threading.Event()
+        self.finished: deque[Job] = deque(maxlen=32)  # the latest jobs, for tests and logs
+        self._thread = threading.Thread(target=self._main, name="river-cpp-model", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread: it loads the model, then runs jobs until stop()."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Let the thread end after the jobs queued before this call."""
+        self._jobs.put(None)
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        """Wait for the thread to end (after stop())."""
+        self._thread.join(timeout)
+
+    @property
+    def pending(self) -> int:
+        """Jobs running or waiting."""
+        with self._count_lock:
+            return self._pending
+
+    def submit(self, job: Job) -> bool:
+        """Queue `job`; False when the queue is full."""
+        with self._count_lock:
+            if self._pending >= self.capacity:
+                return False
+            self._pending += 1
+        self._jobs.put(job)
+        return True
+
+    def _main(self) -> None:
+        try:
+            self.model = self._load()
+        except BaseException as error:  # noqa: BLE001 - reported by /health
+            log.exception("loading the model failed")
+            self.load_error = error
+            return
+        self.ready.set()
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job.run(self.model)
+            finally:
+                self.finished.append(job)
+                with self._count_lock:
+                    self._pending -= 1

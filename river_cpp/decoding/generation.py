@@ -1,0 +1,385 @@
+"""Generation: a prompt -> sampled tokens -> text, with stop conditions and streaming.
+
+Owns the decode loop's policy: when to stop, how text is cut at stop strings and
+streamed without broken characters, how it is timed. The model owns compute, the
+sampler the choice of each token. Layered as in mlx-lm: generate_step (token ids,
+forever; or its speculative twin) -> stream_generate (text, stops, timing) ->
+generate (options, results). Every tool that generates (CLI, measurement, server)
+runs this one loop.
+"""
+
+from __future__ import annotations
+
+import codecs
+import numbers
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from river_cpp.decoding.exit_stats import ExitStats
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.decoding.sampling import Sampler, SamplingParams
+from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
+from river_cpp.engine.context import check_fits
+from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.steps import Step, decode_one_token, prefill
+
+
+@dataclass
+class GenerationResult:
+    """A finished generation.
+
+    token_ids holds every sampled token, including an end-of-generation token or the
+    token that completed a stop string; `text` holds neither (nor the stop string).
+    finish_reason is "stop" (end-of-generation token or stop string) or "length"
+    (max_tokens reached, or the context is full).
+    prompt_seconds is the prefill and the first token's sampling; generation_seconds
+    the decode steps that produced the other tokens (time spent by a streaming
+    consumer between chunks is not counted).
+    exit_layers[i] is the number of backbone layers run by the forward whose logits
+    chose token_ids[i] (the prompt's for the first token; n_layer: never left).
+    speculative holds drafted/accepted counts when the generation was speculative.
+    """
+
+    text: str
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+    finish_reason: str
+    prompt_seconds: float
+    generation_seconds: float
+    exit_layers: list[int] = field(default_factory=list)
+    n_layer: int = 0
+    speculative: Optional[SpeculativeStats] = None
+
+    @property
+    def exit_stats(self) -> ExitStats:
+        """Mean exit layer, histogram and backbone evaluations avoided."""
+        return ExitStats.from_exit_layers(self.exit_layers, self.n_layer)
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        """Prompt tokens per second of prefill (0.0 when nothing was timed)."""
+        return _rate(len(self.prompt_token_ids), self.prompt_seconds)
+
+    @property
+    def generation_tokens_per_second(self) -> float:
+        """Tokens per second of the decode steps (0.0 when there were none).
+
+        The first token comes from the prefill's logits, so the decode steps
+        produced len(token_ids) - 1 tokens.
+        """
+        return _rate(len(self.token_ids) - 1, self.generation_seconds)
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / seconds if count > 0 and seconds > 0 else 0.0
+
+
+@dataclass
+class GenerationChunk:
+    """One sampled token, the text it made safe to show (possibly "") and the
+    backbone layers run by the forward that chose it. With the `logprobs` option:
+    the token's log-probability under the model's logits (before sampling's
+    penalties and temperature) and the `logprobs` most likely (token, logprob)."""
+
+    text: str
+    token_id: int
+    exit_layer: int
+    logprob: Optional[float] = None
+    top_logprobs: Optional[list[tuple[int, float]]] = None
+
+
+def _logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
+    """log softmax(logits)[token] and the n_top most likely (token, logprob)."""
+    shifted = logits.astype(np.float64) - float(logits.max())
+    log_z = float(np.log(np.exp(shifted).sum()))
+    top = np.argpartition(-shifted, n_top - 1)[:n_top] if n_top > 0 else np.empty(0, dtype=np.int64)
+    top = top[np.argsort(-shifted[top], kind="stable")]
+    return float(shifted[token]) - log_z, [(int(t), float(shifted[t]) - log_z) for t in top]
+
+
+class GenerationStream:
+    """The chunks of a streamed generation; `.result` once they are exhausted.
+
+    >>> stream = model.generate("Once upon a time", stream=True)
+    >>> for chunk in stream:
+    ...     print(chunk.text, end="", flush=True)
+    >>> stream.result.finish_reason
+    """
+
+    def __init__(self, chunks: Generator[GenerationChunk, None, GenerationResult]) -> None:
+        self._chunks = chunks
+        self._result: Optional[GenerationResult] = None
+
+    def __iter__(self) -> GenerationStream:
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        try:
+            return next(self._chunks)
+        except StopIteration as finished:
+            self._result = finished.value
+            raise
+
+    @property
+    def result(self) -> GenerationResult:
+        """The GenerationResult; raises RuntimeError before the stream is exhausted."""
+        if self._result is None:
+            raise RuntimeError("the generation is still running: iterate the stream to its end first")
+        return self._result
+
+    def close(self) -> None:
+        """Stop generating; the model's cache keeps what was computed so far."""
+        self._chunks.close()
+
+
+# ---------------------------------------------------------------- token loop
+
+
+def generate_step(
+    model: LanguageModel,
+    prompt_ids: Sequence[int],
+    sampler: Callable[[np.ndarray, Sequence[int]], int],
+    *,
+    policy: Optional[ExitPolicy] = None,
+    speculative: Optional[Speculative] = None,
+    speculative_stats: Optional[SpeculativeStats] = None,
+) -> Iterator[Step]:
+    """Tokens continuing `prompt_ids`, one Step per next(), until the caller stops.
+
+    `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
+    measurement forces tokens this way). `policy`: the exit policy of this loop's
+    forwards (None: the model's own). With `speculative`, rounds of drafted tokens
+    are verified by the backbone (river_cpp.decoding.speculative); the tokens are the
+    backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
+    Lazy: the forward after a token runs only when the caller asks for the next one.
+    Ends when the prompt and the tokens yielded fill the context.
+    """
+    if speculative is not None:
+        yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats)
+        return
+    history = list(prompt_ids)
+    logits = prefill(model, prompt_ids, policy=policy)
+    while True:
+        token = sampler(logits, history)
+        history.append(token)
+        yield Step(token, logits, int(model.last_exit_layers[-1]))
+        # The cache holds everything before `token`; with it the sequence is full.
+        if model.n_past + 1 >= model.n_ctx:
+            return
+        logits = decode_one_token(model, token, policy=policy)
+
+
+# ---------------------------------------------------------------- text
+
+
+class _StoppingText:
+    """Bytes of tokens -> text, cut at the first stop string.
+
+    push() returns only text that is safe to show: bytes of a character split
+    across tokens wait for the rest, and text that may be the start of a stop
+    string waits until it is known not to be one.
+    """
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = list(stop)
+        self.text = ""
+        self._n_shown = 0
+        self.stopped = False
+
+    def push(self, piece: bytes, *, final: bool) -> str:
+        """Add one token's bytes; `final` when no more will come. The new safe text."""
+        self.text += self._decoder.decode(piece, final=final)
+        stop_at = self._first_stop_index()
+        if stop_at is not None:
+            self.text = self.text[:stop_at]
+            self.stopped = True
+            safe_end = stop_at
+        elif final:
+            safe_end = len(self.text)
+        else:
+            safe_end = len(self.text) - self._partial_stop_length()
+        new_text = self.text[self._n_shown : safe_end]
+        self._n_shown = safe_end
+        return new_text
+
+    def _first_stop_index(self) -> Optional[int]:
+        # A stop string cannot start in text already shown: that text was held back
+        # while it could still begin one.
+        found = [i for i in (self.text.find(s, self._n_shown) for s in self._stop) if i >= 0]
+        return min(found) if found else None
+
+    def _partial_stop_length(self) -> int:
+        """Length of the longest unshown suffix of the text that begins a stop string."""
+        unshown = len(self.text) - self._n_shown
+        longest = 0
+        for stop in self._stop:
+            for length in range(min(len(stop) - 1, unshown), longest, -1):
+                if self.text.endswith(stop[:length]):
+                    longest = length
+                    break
+        return longest
+
+
+# ---------------------------------------------------------------- generate
+
+
+def _timed(iterator: Iterator[int]) -> Iterator[tuple[int, float]]:
+    """Items of `iterator` with the seconds each next() took (not the consumer's time)."""
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item, time.perf_counter() - start
+
+
+def _generate_chunks(
+    model: LanguageModel,
+    prompt_ids: list[int],
+    sampler: Sampler,
+    max_new_tokens: int,
+    policy: Optional[ExitPolicy],
+    speculative: Optional[Speculative],
+    logprobs: Optional[int] = None,
+) -> Generator[GenerationChunk, None, GenerationResult]:
+    """One chunk per sampled token; returns the GenerationResult."""
+    tokenizer = model.tokenizer
+    text = _StoppingText(sampler.params.stop)
+    token_ids: list[int] = []
+    exit_layers: list[int] = []
+    seconds: list[float] = []
+    finish_reason = "length"
+    stats = SpeculativeStats() if speculative is not None else None
+    steps = generate_step(model, prompt_ids, sampler, policy=policy, speculative=speculative, speculative_stats=stats)
+    for step, step_seconds in _timed(steps):
+        token_ids.append(step.token)
+        exit_layers.append(step.exit_layer)
+        seconds.append(step_seconds)
+        end_of_generation = tokenizer.is_end_of_generation(step.token)
+        last = end_of_generation or len(token_ids) == max_new_tokens
+        piece = b"" if end_of_generation else tokenizer.detokenize_bytes([step.token])
+        chunk = GenerationChunk(text.push(piece, final=last), step.token, step.exit_layer)
+        if logprobs is not None:
+            chunk.logprob, chunk.top_logprobs = _logprobs(step.logits, step.token, logprobs)
+        yield chunk
+        if end_of_generation or text.stopped:
+            finish_reason = "stop"
+            break
+        if last:
+            break
+    steps.close()
+    return GenerationResult(
+        text=text.text,
+        token_ids=token_ids,
+        prompt_token_ids=prompt_ids,
+        finish_reason=finish_reason,
+        prompt_seconds=seconds[0],
+        generation_seconds=sum(seconds[1:]),
+        exit_layers=exit_layers,
+        n_layer=model.n_layer,
+        speculative=stats,
+    )
+
+
+SpeculativeOption = Union[bool, Speculative, None]
+
+
+def stream_generate(
+    model: LanguageModel,
+    prompt: Union[str, Sequence[int]],
+    *,
+    max_tokens: int = 128,
+    sampling: Optional[SamplingParams] = None,
+    policy: Optional[ExitPolicy] = None,
+    speculative: SpeculativeOption = None,
+    logprobs: Optional[int] = None,
+    **sampling_options: Any,
+) -> GenerationStream:
+    """The GenerationStream of a continuation of `prompt` (text, or token ids used as
+    they are); see generate. Options are checked, and the prompt tokenized, before
+    anything runs."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if logprobs is not None and (
+        isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral) or not 0 <= logprobs <= model.n_vocab
+    ):
+        raise ValueError(f"logprobs must be an integer in [0, n_vocab] or None, got {logprobs!r}")
+    if policy is not None:
+        model.check_policy(policy)
+    params = SamplingParams.of(sampling, **sampling_options)
+    if params.seed is None and model.seed is not None:
+        params = params.replace(seed=model.seed)
+    spec = _speculative(speculative)
+    if spec is not None and spec.uses_river and not model.has_river:
+        raise ValueError('drafting with the river needs a model with a river (Speculative(draft="ngram") needs none)')
+    prompt_ids = _prompt_ids(model, prompt)
+    max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
+    chunks = _generate_chunks(
+        model, prompt_ids, Sampler(params), max_new_tokens, policy, spec, None if logprobs is None else int(logprobs)
+    )
+    return GenerationStream(chunks)
+
+
+def generate(
+    model: LanguageModel, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options: Any
+) -> Union[GenerationResult, GenerationStream]:
+    """Generate a continuation of `prompt` (text, or token ids used as they are).
+
+    Options: max_tokens (128); the sampling settings of river_cpp.SamplingParams, as
+    `sampling=SamplingParams(...)` or one by one (temperature (0: greedy), top_k (40),
+    top_p (0.95), min_p (0.05), repeat_penalty (1), repeat_last_n (64), seed (None:
+    model.seed), stop (strings)); policy (an ExitPolicy for this call; None: the
+    model's); speculative (True, or a river_cpp.Speculative: drafts verified by the
+    backbone; the tokens are the backbone's own); logprobs (None; n: each chunk
+    carries its token's logprob and the n most likely tokens' logprobs).
+    Continues from the longest prefix of the prompt the cache already holds (see
+    model.cached_prefix); the rest of the cache is dropped. Ends at an
+    end-of-generation token or at the first of the `stop` strings (the text
+    includes neither), after `max_tokens` tokens, or when prompt and generation
+    fill the context. With stream=True a GenerationStream of GenerationChunk is
+    returned and its `.result` is the GenerationResult once the stream is
+    exhausted. Raises ValueError for invalid options and ContextOverflowError for a
+    prompt that leaves no room in the context, before anything runs.
+    """
+    chunk_stream = stream_generate(model, prompt, **options)
+    if stream:
+        return chunk_stream
+    for _ in chunk_stream:
+        pass
+    return chunk_stream.result
+
+
+def _speculative(option: SpeculativeOption) -> Optional[Speculative]:
+    """generate's `speculative` option as a Speculative (or None)."""
+    if option is None or option is False:
+        return None
+    if option is True:
+        return Speculative()
+    if not isinstance(option, Speculative):
+        raise TypeError(f"speculative must be a bool or a Speculative, got {type(option).__name__}")
+    return option
+
+
+def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list[int]:
+    """The prompt's token ids, checked to fit the context with room for one token."""
+    if isinstance(prompt, str):
+        # As llama-cpp-python's create_completion: special tokens in the text are
+        # parsed (chat templates write them as text), and BOS is prepended only when
+        # the model's metadata asks for it (add_bos lets llama.cpp decide).
+        ids = model.tokenize(prompt, add_bos=True, special=True)
+    else:
+        ids = list(prompt)
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+            raise ValueError("a token-id prompt must contain integers only")
+        ids = [int(t) for t in ids]
+        if any(not 0 <= t < model.n_vocab for t in ids):
+            raise ValueError(f"prompt token ids must be in [0, {model.n_vocab})")
+    if not ids:
+        raise ValueError("the prompt is empty: it has no tokens")
+    check_fits(len(ids), model.n_ctx)
+    return ids

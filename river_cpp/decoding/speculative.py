@@ -1,0 +1,321 @@
+"""Lossless River: drafts verified by the backbone, several tokens per forward.
+
+A round feeds the last accepted token and up to N drafted ones through the backbone
+in one forward with logits at every position, keeps the longest agreeing prefix
+plus the backbone's own next token, and rewinds the cache past the rest. Drafts come
+from the sources in river_cpp.decoding.drafts: the river on the backbone's own KV cache (its
+K/V rows are overwritten by the backbone's in the same slots, so after a round the
+cache holds exactly what a backbone-only run would), n-gram matches in the context,
+or a separate model; each round river_cpp.decoding.draft_length picks the source and the
+length. The tokens are the backbone's own (river_cpp.decoding.acceptance): its greedy
+sequence at temperature 0, and with a seed the very tokens a plain sampled run
+draws otherwise.
+
+This module is the second implementation of generation's token loop
+(river_cpp.decoding.generation.generate_step); it owns the round, not text or stopping.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from river_cpp.decoding.acceptance import Distribution, common_prefix, verify_drafts
+from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
+from river_cpp.decoding.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft, ngram_source
+from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.decoding.sampling import Sampler
+from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.steps import Step, prefill
+
+DEFAULT_MAX_DRAFT = 8
+# A river or model draft ends its round after a token it is unsure of (docs/results.md:
+# in replays 0.5 helped every trace but the 0.5B's input-grounded one, -3%).
+DEFAULT_P_MIN = 0.5
+# None: the river drafts from the whole vocabulary. A prefix pays less than it costs
+# on Qwen2.5-Coder-0.5B (docs/results.md): its first 32768 ids skip 78% of the head
+# (a quarter of the draft's bytes) but cover only 96% of HumanEval's tokens, and each
+# token outside ends a round; at a fixed 4-token draft, acceptance fell from 0.93 to
+# 0.79 (32768) and 0.87 (65536) for a 5-20% cheaper draft.
+DEFAULT_DRAFT_VOCAB: Optional[int] = None
+# The named drafts: the river alone, n-gram matches alone, or both (the portfolio:
+# each round the source the running statistics favour).
+DRAFTS = ("river+ngram", "river", "ngram")
+DEFAULT_DRAFT = "river+ngram"
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """How to draft: which draft, at most how many tokens a round, when to stop early.
+
+    draft: "river+ngram" (default: each round, an n-gram match from the context or
+        the river, whichever the running statistics favour, or neither), "river"
+        (every layer on the river, sharing the backbone's cache), "ngram" (only
+        matches from the context: needs no river), an ExitPolicy (River's own exits
+        drafting, on the same cache), or another LanguageModel with the same
+        vocabulary and its own cache (a smaller GGUF: classic speculative decoding).
+    max_draft: most drafted tokens per round.
+    p_min: end a river or model draft's round after a token whose own top
+        probability is below this (the token is still verified; 0: draft the chosen
+        length). The adaptive length then gives such rounds the length that pays at
+        full acceptance, as the tokens it drafts past an unsure one are sure ones.
+    adaptive: choose each round's source and length from the running acceptance and
+        the measured costs of drafting and verifying (plain decoding when no draft
+        pays); False always drafts max_draft (or until p_min ends it, or the match's end).
+    draft_vocab: a river draft proposes only token ids below this (its head scores
+        no others); None: the whole vocabulary. The output stays the backbone's
+        either way: a token the draft cannot propose is the backbone's own next
+        token after a rejection.
+    ngram_min, ngram_max: the n-gram sizes matched in the context (longest first).
+    """
+
+    draft: Union[str, ExitPolicy, LanguageModel] = DEFAULT_DRAFT
+    max_draft: int = DEFAULT_MAX_DRAFT
+    p_min: float = DEFAULT_P_MIN
+    adaptive: bool = True
+    draft_vocab: Optional[int] = DEFAULT_DRAFT_VOCAB
+    ngram_min: int = DEFAULT_NGRAM_MIN
+    ngram_max: int = DEFAULT_NGRAM_MAX
+
+    def __post_init__(self) -> None:
+        if isinstance(self.draft, str) and self.draft not in DRAFTS:
+            raise ValueError(f"draft must be one of {', '.join(DRAFTS)}, an ExitPolicy or a model, got {self.draft!r}")
+        _check_int("max_draft", self.max_draft, 1, 64)
+        if isinstance(self.p_min, bool) or not isinstance(self.p_min, numbers.Real) or not 0.0 <= self.p_min < 1.0:
+            raise ValueError(f"p_min must be a number in [0, 1), got {self.p_min!r}")
+        if self.draft_vocab is not None:
+            _check_int("draft_vocab", self.draft_vocab, 1, None)
+        _check_int("ngram_min", self.ngram_min, 1, 16)
+        _check_int("ngram_max", self.ngram_max, self.ngram_min, 16)
+
+    @property
+    def uses_river(self) -> bool:
+        """Whether this draft runs the model's river."""
+        return isinstance(self.draft, ExitPolicy) or self.draft in ("river", "river+ngram")
+
+    @property
+    def uses_ngrams(self) -> bool:
+        return self.draft in ("ngram", "river+ngram")
+
+
+def _check_int(name: str, value: object, low: int, high: Optional[int]) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        span = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {span}, got {value!r}")
+
+
+@dataclass
+class SourceStats:
+    """Counts of one draft source in one generation."""
+
+    rounds: int = 0  # rounds it was chosen for (a river round's copied matches count under their n-gram)
+    drafted: int = 0  # tokens it proposed, in rounds of its own or copied into the river's
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass
+class SpeculativeStats:
+    """Counts of one speculative generation."""
+
+    rounds: int = 0  # backbone verify forwards
+    drafted: int = 0  # tokens the drafts proposed
+    accepted: int = 0  # drafted tokens the backbone kept
+    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own)
+    draft_forwards: int = 0  # single-token forwards of a river or model draft
+    draft_seconds: float = 0.0  # spent drafting (forwards, lookups and choosing the drafted tokens)
+    catch_up_seconds: float = 0.0  # of draft_seconds, a separate draft's catching its cache up (Proposal)
+    verify_seconds: float = 0.0  # spent verifying (the backbone's forwards and the comparisons)
+    by_source: dict[str, SourceStats] = field(default_factory=dict)  # "river", "ngram1".., "plain"
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Share of drafted tokens kept (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        """Tokens produced per backbone forward (1.0 is plain decoding)."""
+        return self.generated / self.rounds if self.rounds else 0.0
+
+    def summary(self) -> str:
+        sources = ", ".join(
+            f"{name} {s.rounds} rounds"
+            + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% accepted)" if s.drafted else "")
+            for name, s in sorted(self.by_source.items())
+        )
+        return (
+            f"speculative: {self.drafted} drafted, {self.accepted} accepted "
+            f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify"
+            + (f"; {sources}" if sources else "")
+        )
+
+    def count(self, source: str, spans: Sequence[tuple[str, int]], n_accepted: int) -> None:
+        """One round that `source` chose (PLAIN: none), whose drafts came in `spans`."""
+        self.by_source.setdefault(source, SourceStats()).rounds += 1
+        for name, count in spans:
+            self.by_source.setdefault(name, SourceStats()).drafted += count
+        for name, (_, accepted) in drafts_by_source(spans, n_accepted).items():
+            self.by_source[name].accepted += accepted
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _sources(model: LanguageModel, spec: Speculative, lengths: DraftLength) -> dict[str, Draft]:
+    """The draft sources `spec` names, by name ("river", "ngram", "model"); in the
+    portfolio the river copies n-gram matches midway where `lengths` says it pays."""
+    sources: dict[str, Draft] = {}
+    ngrams = None
+    if spec.uses_ngrams:
+        ngrams = sources["ngram"] = NgramDraft(spec.ngram_min, spec.ngram_max)
+    if spec.uses_river:
+        policy = spec.draft if isinstance(spec.draft, ExitPolicy) else ExitPolicy.at_layer(0)
+        sources["river"] = RiverDraft(model, policy, spec.draft_vocab, copies=ngrams, copy_pays=lengths.copy_pays)
+    elif not isinstance(spec.draft, str):
+        sources["model"] = ModelDraft(model, spec.draft)
+    return sources
+
+
+def _offer_name(name: str, source: Draft) -> str:
+    """The name drafting statistics are kept under: n-gram matches per size."""
+    return ngram_source(source.last_n) if isinstance(source, NgramDraft) else name
+
+
+# What each model has learned of its drafts' costs and acceptance, kept from one
+# generation to the next (weakly: it goes with the model). A chat is many short
+# generations; learning the costs afresh in each (a plain step, a first draft,
+# exploring lengths, probing) cost the demo model several percent of its speed.
+_learned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MAX_LEARNED_PER_MODEL = 16
+
+
+def _new_length(spec: Speculative, adaptive: bool) -> DraftLength:
+    free = frozenset(ngram_source(n) for n in range(spec.ngram_min, spec.ngram_max + 1))
+    return DraftLength(spec.max_draft, adaptive=adaptive, free_sources=free, ends_unsure=spec.p_min > 0.0)
+
+
+def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> DraftLength:
+    """The DraftLength that `model` keeps for drafting as `spec` says (a new one for a
+    fixed length): per draft, draft length, thread count, and greedy or sampled."""
+    if not spec.adaptive:
+        return _new_length(spec, adaptive=False)
+    if isinstance(spec.draft, ExitPolicy):
+        draft: object = (tuple(spec.draft.resolve(model.n_layer)), spec.draft.signal)
+    else:
+        draft = spec.draft if isinstance(spec.draft, str) else id(spec.draft)
+    key = (draft, spec.max_draft, spec.p_min, spec.draft_vocab, spec.ngram_min, spec.ngram_max, model.n_threads, greedy)
+    try:
+        per_model = _learned.setdefault(model, {})
+    except TypeError:  # a model that takes no weak references learns per generation
+        return _new_length(spec, adaptive=True)
+    if key not in per_model and len(per_model) >= _MAX_LEARNED_PER_MODEL:
+        per_model.clear()  # drafts made per request (new draft models) must not pile up
+    return per_model.setdefault(key, _new_length(spec, adaptive=True))
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def _target(sampler: Sampler, logits: np.ndarray, history: list[int], drafts: list[int], j: int) -> Distribution:
+    """The backbone's sampling distribution at draft position j of a verify."""
+    return sampler.distribution(logits[j], history + drafts[:j])
+
+
+def speculative_step(
+    model: LanguageModel,
+    prompt_ids: Sequence[int],
+    sampler: Sampler,
+    spec: Speculative,
+    stats: Optional[SpeculativeStats] = None,
+) -> Iterator[Step]:
+    """generate_step's speculative twin: the backbone's tokens, several per forward.
+
+    The prompt runs the full backbone. Each yielded Step carries the backbone's
+    logits at that position and exit layer n_layer (every token is verified).
+    """
+    if not isinstance(sampler, Sampler):
+        raise TypeError("speculative decoding needs a river_cpp.decoding.sampling.Sampler (it compares distributions)")
+    stats = stats if stats is not None else SpeculativeStats()
+    greedy = sampler.params.temperature == 0.0
+    n_layer = model.n_layer
+    lengths = draft_length_for(model, spec, greedy)
+    sources = _sources(model, spec, lengths)
+    history = list(prompt_ids)
+    for source in sources.values():
+        source.begin(history)
+    logits = prefill(model, prompt_ids, route="backbone")
+    token = sampler(logits, history)
+    history.append(token)
+    for source in sources.values():
+        source.keep(history)
+    yield Step(token, logits, n_layer)
+    while True:
+        start = model.n_past  # every token of `history` but the last is in the cache
+        if start + 1 >= model.n_ctx:
+            return
+
+        began = time.perf_counter()
+        offers, named = {}, {}
+        for name, source in sources.items():
+            available = source.available(history, spec.max_draft)
+            if available:
+                offer = _offer_name(name, source)
+                offers[offer], named[offer] = available, source
+        chosen, k = lengths.choose(model.n_ctx - start - 1, offers)
+        proposal = named[chosen].propose(history, k, sampler, spec.p_min) if k else Proposal()
+        drafts = proposal.tokens
+        drafted_at = time.perf_counter()
+
+        # Verify: the last accepted token and the drafts in one backbone forward.
+        model.rewind(start)
+        verify_logits = model.forward([history[-1]] + drafts, route="backbone")
+        n_accepted, after = verify_drafts(
+            drafts, functools.partial(_target, sampler, verify_logits, history, drafts), sampler.peek(len(drafts) + 1)
+        )
+        new = drafts[:n_accepted] + [after]
+        sampler.skip(len(new))
+        verified_at = time.perf_counter()
+
+        model.rewind(start + len(new))
+        lengths.observe(
+            n_drafted=len(drafts),
+            n_accepted=n_accepted,
+            draft_seconds=drafted_at - began - proposal.catch_up_seconds,
+            verify_seconds=verified_at - drafted_at,
+            draft_forwards=proposal.forwards,
+            source=chosen,
+            spans=proposal.spans,
+        )
+        stats.rounds += 1
+        stats.drafted += len(drafts)
+        stats.accepted += n_accepted
+        stats.generated += len(new)
+        stats.draft_forwards += proposal.forwards
+        stats.draft_seconds += drafted_at - began
+        stats.catch_up_seconds += proposal.catch_up_seconds
+        stats.verify_seconds += verified_at - drafted_at
+        stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
+        for offer, source in named.items():
+            if offer != chosen and isinstance(source, NgramDraft):
+                lengths.observe_unused(offer, len(source.offer), common_prefix(source.offer, new), len(new))
+        history += new
+        for source in sources.values():
+            source.keep(history)
+        for j, token in enumerate(new):
+            yield Step(token, verify_logits[j], n_layer)

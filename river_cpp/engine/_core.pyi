@@ -1,0 +1,161 @@
+"""Type stubs of the C++ engine module (csrc/bindings.cpp)."""
+
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+class RiverError(ValueError): ...
+
+def set_log_sink(sink: Optional[Callable[[int, str], None]]) -> None: ...
+def build_river(
+    engine: Engine,
+    layer_types: Sequence[str],
+    head_type: str,
+    metadata: Mapping[str, str],
+    out_path: str,
+    n_threads: int,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> None: ...
+def river_type_name(name: str) -> str: ...
+def gguf_info(path: str, max_array: int = 1024) -> dict[str, Any]:
+    """The validated header of a GGUF file, read with bounded reads (no mapping, no
+    tensor data; milliseconds for any file size). Raises RiverError naming the file
+    and the problem for a malformed one, exactly as a model load would.
+
+    Returns {"version": int, "alignment": int, "data_offset": int, "file_size": int,
+    "metadata": {key: value}, "types": {key: "uint32" | "string" | "array[string]" | ...},
+    "tensors": [{"name": str, "type": ggml type name ("f32", "q8_0", ...),
+    "shape": [ne0, ne1, ...] (ggml order), "n_bytes": int, "offset": int (from the
+    start of the file)}]}. Values: int, float, bool, str (invalid UTF-8 replaced),
+    lists for arrays of up to max_array elements; longer arrays (vocabularies,
+    merges, scores) as {"element_type": str, "length": int}; max_array=-1 keeps all.
+    """
+
+def check_vocabulary(path: str) -> None:
+    """Raise RiverError naming the file and the problem unless its vocabulary
+    (tokenizer.* metadata) is one llama.cpp loads and tokenizes with without
+    aborting the process: consistent array lengths and types, distinct token texts,
+    special-token ids inside the vocabulary, merges of existing tokens, byte tokens
+    where the tokenizer falls back to bytes. Run before every llama.cpp load."""
+
+def devices(rpc_endpoints: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """ggml's devices, offloading ones first and the CPU last; of the RPC devices only
+    those of rpc_endpoints. Each: {"name", "description", "type" ("cpu" | "gpu" |
+    "igpu" | "accel"), "memory_free", "memory_total", "host_ptr_buffers"}."""
+
+def backends() -> list[str]:
+    """The registered ggml backends ("CPU", "Vulkan", "RPC", ...), in registration order."""
+
+def cpu_features() -> list[tuple[str, str]]:
+    """The CPU backend's features as (name, value) pairs, e.g. ("AVX2", "1")."""
+
+def ggml_version() -> dict[str, str]:
+    """{"version", "commit"} of the ggml this process runs."""
+
+def cpu_extra_buffer_types() -> list[str]:
+    """The CPU device's extra buffer types ("AMX", "CPU_REPACK", ...), in ggml's order
+    of preference. Which of them are safe to use is river_cpp.engine.extra_bufts's business."""
+
+def probe_matmul(
+    buffer_type: str,
+    type: str,
+    weights: npt.ArrayLike,
+    inputs: npt.ArrayLike,
+    n_threads: int = 1,
+) -> Optional[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]]:
+    """inputs [n_tokens, n_in] times weights [n_out, n_in] quantized to `type`, computed
+    with the weights in the plain CPU buffer and in the extra `buffer_type`: (plain, extra),
+    each [n_tokens, n_out]; None where that buffer type does not multiply `type`. Run it in
+    a child process: a broken extra type may crash it (river_cpp.engine.extra_bufts does)."""
+
+def has_rpc() -> bool: ...
+def add_rpc_server(endpoint: str) -> None:
+    """Register the devices of the RPC server at host:port (the caller checks first
+    that it answers: ggml's client aborts on a failed connection)."""
+
+def serve_rpc(endpoint: str, n_threads: int) -> None:
+    """Serve this machine's CPU over ggml RPC at host:port; does not return."""
+
+class Engine:
+    def __init__(
+        self,
+        path: str,
+        n_ctx: int,
+        n_batch: int,
+        n_threads: int,
+        use_mmap: bool = True,
+        cpu_extra_bufts: Sequence[str] = (),
+    ) -> None:
+        """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
+        repacked into (none by default); RiverError for a name this ggml lacks."""
+    def forward(self, ids: npt.ArrayLike, last_only: bool, use_exit: bool) -> npt.NDArray[np.float32]: ...
+    def load_river(self, path: str) -> None: ...
+    def check_files(self) -> None:
+        """Raise RiverError when the backbone or river file changed on disk (inode,
+        size or mtime) since it was mapped; files read into memory never raise.
+        forward() calls it first."""
+    def lose_device(self, name: str) -> None:
+        """The device `name` has gone (its RPC server went away): forward and read_kv
+        raise RiverError from then on, and the engine, when freed, leaks what lives
+        there (weights, cache, compute buffers) instead of waiting on the dead connection."""
+    def place(
+        self,
+        backbone_layers: Sequence[str],
+        river_layers: Sequence[str],
+        backbone_head: str,
+        river_head: str,
+        kv_cache: str,
+    ) -> None:
+        """Put weights and cache on the named devices ("CPU": the host), once, after
+        load_river and before the first forward (which otherwise places all on the host)."""
+    @property
+    def placed(self) -> bool: ...
+    @property
+    def placement(self) -> dict[str, Any]: ...
+    def placement_sizes(self) -> dict[str, Any]:
+        """Bytes of each placeable part: backbone_layers, river_layers (lists),
+        backbone_head, river_head, kv_cache."""
+    def placed_bytes(self) -> dict[str, int]:
+        """Bytes of weight copies and cache per device name, after place()."""
+    @property
+    def repacked_tensors(self) -> int: ...
+    @property
+    def repacked_by_buffer_type(self) -> dict[str, int]:
+        """How many host matrices place() put into each CPU extra buffer type."""
+    @property
+    def graph_stats(self) -> dict[str, float]:
+        """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset."""
+    def reset_graph_stats(self) -> None: ...
+    @property
+    def fallback_ops(self) -> dict[str, list[str]]:
+        """Per device name, the ops of the graphs built so far that the device cannot
+        run and that ggml's scheduler ran on the CPU instead (empty: none)."""
+    reuse_graphs: bool
+    def set_exit(
+        self, thresholds: Sequence[float], signal: str, tail_layers: int, river_head: bool, exit_vocab: int = 0
+    ) -> None: ...
+    def read_kv(self, layer: int, pos: int, n: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+    def rewind(self, n_past: int) -> None: ...
+    def reset(self) -> None: ...
+    n_threads: int
+    @property
+    def has_river(self) -> bool: ...
+    @property
+    def last_exit_layers(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def last_similarities(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def n_past(self) -> int: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def n_embd(self) -> int: ...
+    @property
+    def n_embd_kv(self) -> int: ...
+    @property
+    def arch(self) -> str: ...

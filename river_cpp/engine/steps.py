@@ -1,0 +1,41 @@
+"""What both token loops build on: a Step, bringing the cache to a prompt, and one
+decode step.
+
+The plain loop (river_cpp.decoding.generation) and the speculative loop
+(river_cpp.decoding.speculative) both yield Steps and both start with `prefill`; neither
+imports the other's module for them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.engine.language_model import LanguageModel
+
+
+class Step(NamedTuple):
+    """One token of the loop: its id, the logits it was chosen from ([n_vocab]; a
+    view the next step may overwrite: copy to keep) and the full-precision layers of
+    the forward that produced them (n_layer: the backbone's, or a verified token)."""
+
+    token: int
+    logits: np.ndarray
+    exit_layer: int
+
+
+def prefill(
+    model: LanguageModel, prompt_ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None
+) -> np.ndarray:
+    """Bring the cache to `prompt_ids`, reusing the longest prefix it already holds
+    (the prompt cache); the last position's logits [n_vocab]."""
+    keep = model.cached_prefix(prompt_ids, route=route, policy=policy)
+    model.rewind(keep)
+    return model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy)[0]
+
+
+def decode_one_token(model: LanguageModel, token: int, *, policy: Optional[ExitPolicy] = None) -> np.ndarray:
+    """Append one token to the model's cache; its logits [n_vocab]."""
+    return model.forward([token], last_only=True, route="decode", policy=policy)[0]
