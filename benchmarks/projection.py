@@ -12,7 +12,7 @@ T / (1 + D * R / B). The CPU chose shorter drafts than such a device would make
 worth it (its verifies are costly), so the projection errs low where drafts are
 accepted.
 
-    python benchmarks/projection.py docs/results/ngram-*.json
+    python benchmarks/projection.py docs/results/lossless-*.json
 """
 
 from __future__ import annotations
