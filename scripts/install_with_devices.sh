@@ -88,8 +88,8 @@ if ! ls "$wheel_dir"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
 fi
 python -m pip install --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-"$version"-*.whl
 python -m pip install --find-links "$wheel_dir" "$@"
-python -c "from river_cpp import _core; assert _core.has_rpc(), 'llama-cpp-python was installed without RPC'"
+python -c "from river_cpp.engine import _core; assert _core.has_rpc(), 'llama-cpp-python was installed without RPC'"
 if [ "$devices" = rpc-vulkan ]; then  # lavapipe, seen the way the tests select it
-    GGML_VK_VISIBLE_DEVICES=0 python -c "from river_cpp import _core; \
+    GGML_VK_VISIBLE_DEVICES=0 python -c "from river_cpp.engine import _core; \
 assert any(d['name'] == 'Vulkan0' for d in _core.devices()), 'no Vulkan device: is mesa-vulkan-drivers installed?'"
 fi

@@ -221,6 +221,6 @@ def test_a_log_sink_does_not_crash_the_process_at_exit():
     import subprocess
     import sys
 
-    code = "from river_cpp import _core; _core.set_log_sink(lambda level, message: None)"
+    code = "from river_cpp.engine import _core; _core.set_log_sink(lambda level, message: None)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
