@@ -88,8 +88,7 @@ def test_reused_graphs_equal_fresh_ones_across_growing_n_kv(tiny_llama4, river, 
     options = dict(river=river, n_ctx=640, n_threads=1)
     if river:
         options["policy"] = ExitPolicy.uniform(0.9, min_layer=1)
-    with RiverModel(tiny_llama4, **options) as reused, RiverModel(tiny_llama4, **options) as fresh:
-        fresh.engine.reuse_graphs = False
+    with RiverModel(tiny_llama4, **options) as reused, RiverModel(tiny_llama4, **options, reuse_graphs=False) as fresh:
         rng = np.random.default_rng(0)
         ids = [int(i) for i in rng.integers(0, reused.n_vocab, 300)]
         prompt = ids[:20]
