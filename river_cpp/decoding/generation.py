@@ -144,7 +144,7 @@ def generate_step(
     prompt_ids: Sequence[int],
     sampler: Callable[[np.ndarray, Sequence[int]], int],
     *,
-    policy: Optional[ExitPolicy] = None,
+    policy: Union[ExitPolicy, Callable[[int], ExitPolicy], None] = None,
     speculative: Optional[Speculative] = None,
     speculative_stats: Optional[SpeculativeStats] = None,
 ) -> Iterator[Step]:
@@ -152,7 +152,9 @@ def generate_step(
 
     `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
     measurement forces tokens this way). `policy`: the exit policy of this loop's
-    forwards (None: the model's own). With `speculative`, rounds of drafted tokens
+    forwards (None: the model's own), or a function: policy(i) is that of the forward
+    whose logits choose token i (0: the prompt's; measurement's controls vary it).
+    With `speculative`, rounds of drafted tokens
     are verified by the backbone (river_cpp.decoding.speculative); the tokens are the
     backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
     Lazy: the forward after a token runs only when the caller asks for the next one.
@@ -161,8 +163,9 @@ def generate_step(
     if speculative is not None:
         yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats)
         return
+    policy_at = policy if callable(policy) else (lambda i: policy)
     history = list(prompt_ids)
-    logits = prefill(model, prompt_ids, policy=policy)
+    logits = prefill(model, prompt_ids, policy=policy_at(0))
     while True:
         token = sampler(logits, history)
         history.append(token)
@@ -170,7 +173,7 @@ def generate_step(
         # The cache holds everything before `token`; with it the sequence is full.
         if model.n_past + 1 >= model.n_ctx:
             return
-        logits = decode_one_token(model, token, policy=policy)
+        logits = decode_one_token(model, token, policy=policy_at(len(history) - len(prompt_ids)))
 
 
 # ---------------------------------------------------------------- text
