@@ -41,13 +41,8 @@ def monkeypatch_module():
 
 def backbone_greedy(model: RiverModel, prompt, n: int) -> list[int]:
     """The backbone's own greedy tokens: no exit anywhere."""
-    policy = model.policy
-    model.policy = ExitPolicy.never()
-    try:
-        model.reset()
-        return model.generate(prompt, max_tokens=n).token_ids
-    finally:
-        model.policy = policy
+    model.reset()
+    return model.generate(prompt, max_tokens=n, policy=ExitPolicy.never(), speculative=False).token_ids
 
 
 def assert_backbone_tokens(model: RiverModel, prompt, expected: list[int], got: list[int]) -> None:

@@ -234,9 +234,7 @@ def test_split_with_exits_and_speculation(demo_backbone, device, monkeypatch):
             assert ours.exit_layers == theirs.exit_layers
 
         # lossless River on the device: its tokens are the device's own backbone's
-        remote.policy = ExitPolicy.never()
-        expected = _greedy(remote, ids, N_DEMO_TOKENS)
-        remote.policy = options["policy"]
+        expected = _greedy(remote, ids, N_DEMO_TOKENS, policy=ExitPolicy.never())
         remote.reset()
         spec = Speculative(max_draft=4, adaptive=False)
         spec = remote.generate(ids, max_tokens=N_DEMO_TOKENS, temperature=0.0, speculative=spec)
