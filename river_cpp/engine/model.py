@@ -402,16 +402,19 @@ class RiverModel:
         """The engine's prepared form of `policy` with `exit_vocab` (None: it never
         exits, so the forward runs the full backbone), built once per pair."""
         key = (policy, exit_vocab)
-        if key not in self._exit_configs:
-            if len(self._exit_configs) >= _MAX_EXIT_CONFIGS:
-                self._exit_configs.clear()
-            config = None
-            if policy.exits(self.n_layer):
-                config = _core.ExitConfig(
-                    policy.resolve(self.n_layer), policy.signal, self._tail_layers, self._river_head, exit_vocab
-                )
-            self._exit_configs[key] = config
-        return self._exit_configs[key]
+        try:
+            return self._exit_configs[key]
+        except KeyError:
+            pass
+        config = None
+        if policy.exits(self.n_layer):
+            config = _core.ExitConfig(
+                policy.resolve(self.n_layer), policy.signal, self._tail_layers, self._river_head, exit_vocab
+            )
+        if len(self._exit_configs) >= _MAX_EXIT_CONFIGS:
+            self._exit_configs.clear()
+        self._exit_configs[key] = config
+        return config
 
     @property
     def last_exit_layers(self) -> np.ndarray:

@@ -140,8 +140,9 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         "--draft",
         choices=[*DRAFTS, "none"],
         default=None,
-        help="what drafts: n-gram matches from the context and the river, each round the one that "
-        "pays (river+ngram, the default), one of them, or none (plain decoding of the backbone)",
+        help="what drafts, when the decode drafts (the lossless preset, --speculative): n-gram matches "
+        "from the context and the river, each round the one that pays (river+ngram, the default; ngram "
+        "without a river), one of them; or none: plain decoding",
     )
     group.add_argument(
         "--draft-max",

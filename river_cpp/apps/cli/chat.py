@@ -33,10 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from river_cpp.apps.chat import ChatSession, repl
+    from river_cpp.decoding.presets import preset
 
     if args.max_tokens <= 0:
         raise ValueError(f"--max-tokens must be positive, got {args.max_tokens}")
     chosen = cli_decoding(args, kind="repl")
     with open_model(args, chosen) as model:
         session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, sampling=chosen.sampling)
-        return repl(session, min_layer=args.min_layer)
+        min_layer = preset(args.preset).min_layer if args.min_layer is None else args.min_layer
+        return repl(session, min_layer=min_layer)
