@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
-from river_cpp.decoding.decision import Decoding
+from river_cpp.decoding.decision import Decoding, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream
 from river_cpp.decoding.policy import ExitPolicy
@@ -114,8 +114,7 @@ def _decoding(
     (river_cpp.decoding.decision) with the defaults of entry `kind`."""
     if decoding is None:
         return model.decoding(kind, policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
-    if policy is not None or speculative is not None or sampling is not None or sampling_options:
-        raise ValueError("give a decoding or its options (policy, speculative, sampling), not both")
+    check_alone(policy, speculative, sampling, dict(sampling_options))
     return decoding
 
 

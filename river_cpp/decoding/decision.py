@@ -103,6 +103,16 @@ def check_policy(policy: object, *, n_layer: int, has_river: bool) -> None:
         raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
 
 
+def check_alone(
+    policy: Optional[ExitPolicy], speculative: SpeculativeOption, sampling: Optional[SamplingParams], options: dict
+) -> None:
+    """For a call given an already resolved Decoding: TypeError naming an option that
+    is no sampling setting, ValueError when options it would override come beside it."""
+    SamplingParams.of(None, **options)  # TypeError naming an unknown option
+    if policy is not None or speculative is not None or sampling is not None or options:
+        raise ValueError("give a decoding or its options (policy, speculative, sampling), not both")
+
+
 def decide(
     defaults: Decoding,
     *,

@@ -18,7 +18,7 @@ from typing import Any, Callable, Generator, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.decoding.decision import Decoding, SpeculativeOption, decide
+from river_cpp.decoding.decision import Decoding, SpeculativeOption, check_alone, decide
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import Sampler, SamplingParams
@@ -323,8 +323,8 @@ def stream_generate(
             sampling=sampling,
             **sampling_options,
         )
-    elif policy is not None or speculative is not None or sampling is not None or sampling_options:
-        raise ValueError("give a decoding or its options (policy, speculative, sampling), not both")
+    else:
+        check_alone(policy, speculative, sampling, sampling_options)
     params = decoding.sampling
     if params.seed is None and model.seed is not None:
         params = params.replace(seed=model.seed)

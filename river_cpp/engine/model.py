@@ -18,6 +18,7 @@ import numpy as np
 from river_cpp.decoding.decision import (
     Decoding,
     SpeculativeOption,
+    check_alone,
     check_policy,
     decide,
     preset_decoding,
@@ -564,8 +565,8 @@ class RiverModel:
         sampling_options = {name: options.pop(name) for name in _SAMPLING_FIELDS & options.keys()}
         if decoding is None:
             decoding = self.decoding(policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
-        elif policy is not None or speculative is not None or sampling is not None or sampling_options:
-            raise ValueError("give a decoding or its options (policy, speculative, sampling), not both")
+        else:
+            check_alone(policy, speculative, sampling, sampling_options)
         chunks = stream_generate(self, prompt, decoding=decoding, **options)
         locked = GenerationStream(self._locked(chunks))
         if stream:

@@ -216,6 +216,8 @@ def test_the_api_calls_decode_with_the_models_decision(env):
         model.generate(prompt, decoding=decoding, policy=tau)
     with pytest.raises(ValueError, match="not both"):
         model.create_completion(prompt, decoding=decoding, sampling=SamplingParams())
+    with pytest.raises(TypeError, match="unknown"):
+        model.generate(prompt, temp=0.5)
 
 
 def test_the_server_refuses_what_the_model_cannot_do(env):
