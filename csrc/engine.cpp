@@ -254,7 +254,6 @@ void Engine::rewind(int64_t n_past) {
     }
 }
 
-
 void Engine::check_files() const {
     file_->check_unchanged();
     if (river_file_) {
