@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "buft_probe.h"
@@ -22,7 +23,8 @@ namespace {
 
 using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
-py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, bool last_only, bool use_exit) {
+py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, bool last_only,
+                                  const river::ExitConfig * exit) {
     if (ids.ndim() != 1) {
         throw river::Error("token ids must be a 1-D sequence");
     }
@@ -33,7 +35,7 @@ py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, b
     float * out = logits.mutable_data();
     {
         py::gil_scoped_release release;
-        engine.forward(id_data, n, last_only, use_exit, out);
+        engine.forward(id_data, n, last_only, exit, out);
     }
     return logits;
 }
@@ -46,8 +48,8 @@ py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t po
     return py::make_tuple(k, v);
 }
 
-void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, const std::string & signal,
-                     int64_t tail_layers, bool river_head, int64_t exit_vocab) {
+river::ExitConfig make_exit_config(std::vector<float> thresholds, const std::string & signal, int64_t tail_layers,
+                                   bool river_head, int64_t exit_vocab) {
     river::ExitConfig config;
     config.thresholds = std::move(thresholds);
     if (signal == "cosine") {
@@ -57,10 +59,18 @@ void engine_set_exit(river::Engine & engine, std::vector<float> thresholds, cons
     } else {
         throw river::Error("unknown exit signal '" + signal + "' (known: cosine, update_norm)");
     }
+    for (float t : config.thresholds) {
+        if (std::isnan(t)) {
+            throw river::Error("exit thresholds must not be NaN");
+        }
+    }
+    if (tail_layers < 0 || exit_vocab < 0) {
+        throw river::Error("tail_layers and exit_vocab must be >= 0");
+    }
     config.tail_layers = tail_layers;
     config.river_head = river_head;
     config.exit_vocab = exit_vocab;
-    engine.set_exit(config);
+    return config;
 }
 
 void build_river(const river::Engine & engine, const std::vector<std::string> & layer_types,
@@ -202,10 +212,20 @@ PYBIND11_MODULE(_core, m) {
     // has finalized: dropping it then aborts the process at exit. Drop it while Python runs.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { river::set_log_sink(nullptr); }));
 
+    py::class_<river::ExitConfig>(m, "ExitConfig",
+                                  "When and how tokens leave the backbone: built once per policy, handed to forward.")
+        .def(py::init(&make_exit_config), py::arg("thresholds"), py::arg("signal") = "cosine",
+             py::arg("tail_layers") = 0, py::arg("river_head") = false, py::arg("exit_vocab") = 0)
+        .def_readonly("thresholds", &river::ExitConfig::thresholds)
+        .def_readonly("tail_layers", &river::ExitConfig::tail_layers)
+        .def_readonly("river_head", &river::ExitConfig::river_head)
+        .def_readonly("exit_vocab", &river::ExitConfig::exit_vocab);
+
     py::class_<river::Engine>(m, "Engine")
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
-                         std::vector<std::string> cpu_extra_bufts) {
+                         std::vector<std::string> cpu_extra_bufts, bool reuse_graphs) {
                  river::EngineParams params;
+                 params.reuse_graphs = reuse_graphs;
                  params.n_ctx = n_ctx;
                  params.n_batch = n_batch;
                  params.n_threads = n_threads;
@@ -214,16 +234,18 @@ PYBIND11_MODULE(_core, m) {
                  return std::make_unique<river::Engine>(path, params);
              }),
              py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true,
-             py::arg("cpu_extra_bufts") = std::vector<std::string>{})
-        .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("use_exit"))
+             py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true)
+        .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
+             "Append ids and return their logits; tokens leave the backbone as `exit` (an ExitConfig) says, "
+             "None: the full backbone.")
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
         .def("check_files", &river::Engine::check_files,
              "Raise RiverError when the backbone or river file changed on disk since it was mapped.")
         .def("lose_device", &river::Engine::lose_device, py::arg("name"),
              "The device `name` has gone: forward raises from then on, and the engine leaks what lives there.")
-        .def("set_exit", &engine_set_exit, py::arg("thresholds"), py::arg("signal"), py::arg("tail_layers"),
-             py::arg("river_head"), py::arg("exit_vocab") = 0)
+        .def("check_exit", &river::Engine::check_exit, py::arg("exit"),
+             "Raise RiverError unless `exit` fits this model.")
         .def_property_readonly("last_exit_layers",
                                [](const river::Engine & e) {
                                    const auto & layers = e.last_exit_layers();
@@ -246,7 +268,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })
         .def("reset_graph_stats", &river::Engine::reset_graph_stats)
         .def_property_readonly("fallback_ops", &river::Engine::fallback_ops)
-        .def_property("reuse_graphs", &river::Engine::reuse_graphs, &river::Engine::set_reuse_graphs)
+        .def_property_readonly("reuse_graphs", &river::Engine::reuse_graphs)
         .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
         .def("rewind", &river::Engine::rewind, py::arg("n_past"))
         .def("reset", &river::Engine::reset)

@@ -23,6 +23,8 @@ constexpr int64_t k_max_kept_tokens = 32;
 constexpr size_t k_max_kept_graphs = 64;
 // A view of a head's first rows ends at a multiple of this (see head_weights).
 constexpr int64_t k_head_row_group = 32;
+// The configuration of forwards given none: every token on the full backbone.
+const ExitConfig k_full_backbone{};
 
 // Copies host data into a graph input. An input that no node of this graph reads
 // (the sliding-window mask of a segment of global layers) was never allocated.
@@ -72,7 +74,6 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     // llama.cpp tokenizes for this model: its vocabulary must not be able to abort it
     check_vocabulary_file(model_path, hp_.n_vocab, false);
     backbone_ = map_weights(*file_, hp_, weight_buffer_);
-    exit_.thresholds.assign(hp_.n_layer, std::numeric_limits<float>::infinity());
 
     cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
     if (!cpu_backend_) {
@@ -253,13 +254,6 @@ void Engine::rewind(int64_t n_past) {
     }
 }
 
-void Engine::set_reuse_graphs(bool reuse) {
-    params_.reuse_graphs = reuse;
-    if (graphs_) {
-        graphs_->clear();
-    }
-}
-
 void Engine::check_files() const {
     file_->check_unchanged();
     if (river_file_) {
@@ -279,7 +273,7 @@ void Engine::check_devices() const {
     }
 }
 
-void Engine::set_exit(const ExitConfig & config) {
+void Engine::check_exit(const ExitConfig & config) const {
     if (static_cast<int64_t>(config.thresholds.size()) != hp_.n_layer) {
         throw Error("exit thresholds need one value per layer (" + std::to_string(hp_.n_layer) + "), got " +
                     std::to_string(config.thresholds.size()));
@@ -297,14 +291,16 @@ void Engine::set_exit(const ExitConfig & config) {
             throw Error("exit thresholds must not be NaN");
         }
     }
-    exit_ = config;
 }
 
 // ---------------------------------------------------------------- forward
 
-void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool use_exit, float * logits) {
+void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits) {
     if (n_ids <= 0) {
         throw Error("forward needs at least one token");
+    }
+    if (exit) {
+        check_exit(*exit);
     }
     if (n_past() + n_ids > n_ctx()) {
         throw Error("context overflow: " + std::to_string(n_past()) + " cached + " + std::to_string(n_ids) +
@@ -336,7 +332,7 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool us
             } else if (is_last) {
                 out = logits;
             }
-            const int64_t depth = forward_batch(ids + start, n, last_only, use_exit, out);
+            const int64_t depth = forward_batch(ids + start, n, last_only, exit, out);
             last_exit_layers_.insert(last_exit_layers_.end(), n, static_cast<int32_t>(depth));
         }
     } catch (...) {
@@ -345,7 +341,7 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, bool us
     }
 }
 
-void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored, int64_t exit_depth) const {
+void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored, const Segment & seg) const {
     const int64_t n_vocab = hp_.n_vocab;
     for (int64_t row = 0; row < n_rows; ++row) {
         // an exponent of all ones is Inf or NaN; integer tests vectorize where isfinite's branch would not
@@ -360,11 +356,11 @@ void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored
             continue;
         }
         std::string weights;
-        if (exit_depth >= hp_.n_layer) {
+        if (seg.exit_depth >= hp_.n_layer) {
             weights = "the backbone weights (" + file_->path() + ")";
         } else {
-            weights = "the river weights (" + river_file_->path() + ", after " + std::to_string(exit_depth) +
-                      " backbone layers" + (exit_.river_head ? ", with the river's LM head" : "") + ")";
+            weights = "the river weights (" + river_file_->path() + ", after " + std::to_string(seg.exit_depth) +
+                      " backbone layers" + (seg.exit.river_head ? ", with the river's LM head" : "") + ")";
         }
         throw Error("non-finite logits (NaN or Inf) at row " + std::to_string(row) + " of the batch, computed with " +
                     weights + ": the file is damaged or its values overflow; the sequence is left as it was");
@@ -373,13 +369,15 @@ void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored
 
 // Sequence-level exit: the whole batch leaves at the first checked depth where the
 // least similar token passes. Returns the exit depth (n_layer: never left).
-int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits) {
+int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, const ExitConfig * exit,
+                              float * logits) {
     const int64_t n_layer = hp_.n_layer;
+    const ExitConfig & config = exit ? *exit : k_full_backbone;
     // Exiting at or after this depth would run no river layer at all.
-    const int64_t depth_limit = has_river() && use_exit ? n_layer - exit_.tail_layers : 0;
+    const int64_t depth_limit = has_river() && exit ? n_layer - config.tail_layers : 0;
     auto next_check = [&](int64_t after) {
         for (int64_t d = after + 1; d < depth_limit; ++d) {
-            if (std::isfinite(exit_.thresholds[d]) || exit_.thresholds[d] < 0) {
+            if (std::isfinite(config.thresholds[d]) || config.thresholds[d] < 0) {
                 return d;
             }
         }
@@ -389,42 +387,42 @@ int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_o
     const BatchData batch = batch_data(ids, n_tokens);
     int64_t done = 0;   // backbone layers this batch has run
     last_similarities_.assign(n_layer, std::numeric_limits<float>::quiet_NaN());
-    if (depth_limit > 0 && exit_.thresholds[0] < 1.0f) {
-        run_segment({0, n_layer, 0, false}, batch, last_only, logits);
+    if (depth_limit > 0 && config.thresholds[0] < 1.0f) {
+        run_segment({0, n_layer, 0, false, config}, batch, last_only, logits);
         return 0;
     }
     for (int64_t check = next_check(0); check < n_layer; check = next_check(check)) {
-        const float similarity = run_segment({done, check, n_layer, true}, batch, false, nullptr);
+        const float similarity = run_segment({done, check, n_layer, true, config}, batch, false, nullptr);
         done = check;
         last_similarities_[check] = similarity;
-        if (similarity > exit_.thresholds[check]) {
-            run_segment({done, n_layer, done, false}, batch, last_only, logits);
+        if (similarity > config.thresholds[check]) {
+            run_segment({done, n_layer, done, false, config}, batch, last_only, logits);
             return done;
         }
     }
-    run_segment({done, n_layer, n_layer, false}, batch, last_only, logits);
+    run_segment({done, n_layer, n_layer, false, config}, batch, last_only, logits);
     return n_layer;
 }
 
-const LayerWeights & Engine::layer_weights(int64_t il, int64_t exit_depth) const {
-    const bool on_river = il >= exit_depth && il < hp_.n_layer - exit_.tail_layers;
+const LayerWeights & Engine::layer_weights(int64_t il, const Segment & seg) const {
+    const bool on_river = il >= seg.exit_depth && il < hp_.n_layer - seg.exit.tail_layers;
     return on_river ? river_.layers[il] : backbone_.layers[il];
 }
 
-ggml_tensor * Engine::head_weights(ggml_context * ctx, int64_t exit_depth) const {
-    ggml_tensor * head = exit_depth < hp_.n_layer && exit_.river_head ? river_.output : backbone_.output;
+ggml_tensor * Engine::head_weights(ggml_context * ctx, const Segment & seg) const {
+    ggml_tensor * head = seg.exit_depth < hp_.n_layer && seg.exit.river_head ? river_.output : backbone_.output;
     // Its first rows (token ids): a prefix of its data, also in the CPU's repacked
     // layouts, which interleave groups of up to 16 rows (a view that ends inside a
     // group computes garbage); read_logits hides the rows past head_vocab.
-    const int64_t n_rows = std::min(GGML_PAD(head_vocab(exit_depth), k_head_row_group), hp_.n_vocab);
+    const int64_t n_rows = std::min(GGML_PAD(head_vocab(seg), k_head_row_group), hp_.n_vocab);
     if (n_rows == hp_.n_vocab) {
         return head;
     }
     return ggml_view_2d(ctx, head, head->ne[0], n_rows, head->nb[1], 0);
 }
 
-int64_t Engine::head_vocab(int64_t exit_depth) const {
-    return exit_depth < hp_.n_layer && exit_.exit_vocab > 0 ? exit_.exit_vocab : hp_.n_vocab;
+int64_t Engine::head_vocab(const Segment & seg) const {
+    return seg.exit_depth < hp_.n_layer && seg.exit.exit_vocab > 0 ? seg.exit.exit_vocab : hp_.n_vocab;
 }
 
 ggml_tensor * Engine::state_view(ggml_context * ctx, int64_t n_tokens) const {
@@ -498,11 +496,11 @@ void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * c
     ggml_tensor * block_input = inpL;
     for (int64_t il = seg.first_layer; il < seg.end_layer; ++il) {
         block_input = inpL;
-        inpL = build_layer(g, layer_weights(il, seg.exit_depth), il, inpL);
+        inpL = build_layer(g, layer_weights(il, seg), il, inpL);
     }
 
     if (seg.similarity) {
-        out.similarity = build_state_similarity(ctx, exit_.signal, block_input, inpL);
+        out.similarity = build_state_similarity(ctx, seg.exit.signal, block_input, inpL);
         ggml_set_output(out.similarity);
         ggml_build_forward_expand(gf, out.similarity);
     }
@@ -511,7 +509,7 @@ void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * c
             // [n_embd, 1]: only the last position needs the (large) head
             inpL = ggml_view_2d(ctx, inpL, hp_.n_embd, 1, inpL->nb[1], inpL->nb[1] * (n_tokens - 1));
         }
-        out.result = build_head(g, backbone_.output_norm, head_weights(ctx, seg.exit_depth), inpL);
+        out.result = build_head(g, backbone_.output_norm, head_weights(ctx, seg), inpL);
         ggml_set_output(out.result);
         ggml_build_forward_expand(gf, out.result);
     } else {
@@ -526,11 +524,15 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     key.first_layer = seg.first_layer;
     key.end_layer = seg.end_layer;
     key.exit_depth = seg.exit_depth;
-    key.tail_layers = exit_.tail_layers;
-    key.river_head = exit_.river_head;
-    key.head_vocab = has_head ? head_vocab(seg.exit_depth) : 0;
+    // Settings a segment's graph does not depend on are left out of its key, so that
+    // forwards under different configurations share the graphs they have in common
+    // (a draft's checks and a verify batch both run backbone layers only).
+    const bool exits = seg.exit_depth < hp_.n_layer;
+    key.tail_layers = exits ? seg.exit.tail_layers : 0;
+    key.river_head = exits && seg.exit.river_head;
+    key.head_vocab = has_head ? head_vocab(seg) : 0;
     key.similarity = seg.similarity;
-    key.signal = static_cast<int>(exit_.signal);
+    key.signal = seg.similarity ? static_cast<int>(seg.exit.signal) : 0;
     key.last_only = has_head && last_only;
     key.n_tokens = n_tokens;
     key.n_kv = batch.n_kv;
@@ -565,7 +567,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     if (has_head) {
         kv_->advance(n_tokens);
         if (logits) {
-            read_logits(graph.result, seg.exit_depth, logits);
+            read_logits(graph.result, seg, logits);
         }
     }
     float min_similarity = std::numeric_limits<float>::infinity();
@@ -578,8 +580,8 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     return min_similarity;
 }
 
-void Engine::read_logits(const ggml_tensor * result, int64_t exit_depth, float * logits) const {
-    const int64_t n_vocab = hp_.n_vocab, n_scored = head_vocab(exit_depth), n_rows = result->ne[1];
+void Engine::read_logits(const ggml_tensor * result, const Segment & seg, float * logits) const {
+    const int64_t n_vocab = hp_.n_vocab, n_scored = head_vocab(seg), n_rows = result->ne[1];
     if (n_scored == n_vocab) {
         ggml_backend_tensor_get(result, logits, 0, ggml_nbytes(result));
     } else {
@@ -590,7 +592,7 @@ void Engine::read_logits(const ggml_tensor * result, int64_t exit_depth, float *
             std::fill(out + n_scored, out + n_vocab, -std::numeric_limits<float>::infinity());
         }
     }
-    check_logits(logits, n_rows, n_scored, exit_depth);
+    check_logits(logits, n_rows, n_scored, seg);
 }
 
 void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const {

@@ -53,7 +53,8 @@ struct PlacementSizes {
     size_t kv_cache = 0;
 };
 
-// When and how tokens leave the backbone.
+// When and how tokens leave the backbone: the settings a forward runs under (see
+// Engine::forward). Built once per policy and handed to every forward that follows it.
 struct ExitConfig {
     // thresholds[d]: after d backbone layers a batch exits when the minimum over its
     // tokens of the state signal (see StateSignal) exceeds it; +inf never exits
@@ -106,13 +107,16 @@ public:
     // read_kv refuse from then on, and the destructor leaks what lives there, since
     // freeing it would talk to the dead server (see forsake_if_lost).
     void lose_device(const std::string & name);
-    void set_exit(const ExitConfig & config);
+    // Throws unless `exit` fits this model (a threshold per layer, tail and vocabulary
+    // in range); forward runs it on the configuration it is given.
+    void check_exit(const ExitConfig & exit) const;
 
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
-    // n_vocab per position, or only the last position's row when last_only. With
-    // use_exit false every token runs the full backbone. Throws, with the sequence
-    // as it was, when a file changed under its mapping or a logit is NaN or Inf.
-    void forward(const int32_t * ids, int64_t n_ids, bool last_only, bool use_exit, float * logits);
+    // n_vocab per position, or only the last position's row when last_only. Tokens
+    // leave the backbone as `exit` says; nullptr (or a model without a river): every
+    // token runs the full backbone. Throws, with the sequence as it was, when a file
+    // changed under its mapping or a logit is NaN or Inf.
+    void forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits);
 
     // Backbone layers each token of the last forward ran (n_layer: never left).
     const std::vector<int32_t> & last_exit_layers() const { return last_exit_layers_; }
@@ -133,16 +137,16 @@ public:
     std::map<std::string, std::vector<std::string>> fallback_ops() const;
     void reset_graph_stats() { stats_ = GraphStats{}; }
     bool reuse_graphs() const { return params_.reuse_graphs; }
-    void set_reuse_graphs(bool reuse);
 
 private:
     // Layers [first_layer, end_layer) of one batch in one graph. Layers at or past
-    // exit_depth run on the river, except the backbone tail.
+    // exit_depth run on the river, except the backbone tail, under the forward's `exit`.
     struct Segment {
         int64_t first_layer;
         int64_t end_layer;
         int64_t exit_depth;
         bool similarity;   // also output cos(in, out) of the last layer
+        const ExitConfig & exit;
     };
 
     // Host copies of a batch's inputs: the same for every segment of it.
@@ -159,22 +163,23 @@ private:
 
     // Throws naming the first lost device, if any.
     void check_devices() const;
-    int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, bool use_exit, float * logits);
+    int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, const ExitConfig * exit,
+                          float * logits);
     BatchData batch_data(const int32_t * ids, int64_t n_tokens) const;
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
     float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
     void build_segment(const Segment & seg, bool last_only, ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out);
     // Copies a head's result into rows of n_vocab logits and checks them.
-    void read_logits(const ggml_tensor * result, int64_t exit_depth, float * logits) const;
-    // Throws naming the weight set (by exit depth) when one of the first n_scored
-    // logits of a row is NaN or Inf.
-    void check_logits(const float * logits, int64_t n_rows, int64_t n_scored, int64_t exit_depth) const;
+    void read_logits(const ggml_tensor * result, const Segment & seg, float * logits) const;
+    // Throws naming the weight set (by the segment's exit depth) when one of the first
+    // n_scored logits of a row is NaN or Inf.
+    void check_logits(const float * logits, int64_t n_rows, int64_t n_scored, const Segment & seg) const;
     // The residual stream carried between segments: [n_embd, n_tokens]
     ggml_tensor * state_view(ggml_context * ctx, int64_t n_tokens) const;
-    const LayerWeights & layer_weights(int64_t il, int64_t exit_depth) const;
-    // The LM head a batch that left at exit_depth scores with, and how many token ids.
-    ggml_tensor * head_weights(ggml_context * ctx, int64_t exit_depth) const;
-    int64_t head_vocab(int64_t exit_depth) const;
+    const LayerWeights & layer_weights(int64_t il, const Segment & seg) const;
+    // The LM head a segment that ends the batch scores with, and how many token ids.
+    ggml_tensor * head_weights(ggml_context * ctx, const Segment & seg) const;
+    int64_t head_vocab(const Segment & seg) const;
 
     std::unique_ptr<GgufFile> file_;
     HParams hp_;
@@ -184,7 +189,6 @@ private:
     std::unique_ptr<GgufFile> river_file_;
     BufferPtr river_buffer_;
     RiverWeights river_;
-    ExitConfig exit_;
     std::vector<int32_t> last_exit_layers_;
     std::vector<float> last_similarities_;
 

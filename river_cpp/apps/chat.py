@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, TextIO
 
+from river_cpp.decoding.decision import Decoding
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationResult
 from river_cpp.decoding.policy import ExitPolicy
@@ -45,7 +46,8 @@ class Turn:
 @dataclass
 class ChatSession:
     """A conversation with a model: history, system prompt, sampling settings and the
-    decode of its turns (policy and speculative: None, the model's defaults)."""
+    decode of its turns (policy and speculative: None, the model's defaults; /tau sets
+    the policy), resolved for each turn by the model (river_cpp.decoding.decision)."""
 
     model: Any
     system: Optional[str] = None
@@ -82,14 +84,18 @@ class ChatSession:
             del self.history[:2]
             dropped += 1
 
+    def decoding(self) -> Decoding:
+        """How the next turn decodes: the session's options over the model's defaults."""
+        return self.model.decoding("repl", policy=self.policy, speculative=self.speculative, sampling=self.sampling)
+
     def ask(self, user: str, write: Callable[[str], None]) -> Turn:
         """Answer `user`, writing the text as it comes. A KeyboardInterrupt stops the
         answer; what was written stays in the history, and the interrupt propagates
         with the Turn as its `turn` attribute."""
         ids, dropped = self._prompt_ids(user)
-        decode = {"policy": self.policy, "speculative": self.speculative}
-        cached = self.model.reusable_prefix(ids, **decode)
-        stream = self.model.generate(ids, stream=True, max_tokens=self.max_tokens, sampling=self.sampling, **decode)
+        decoding = self.decoding()
+        cached = self.model.reusable_prefix(ids, decoding)
+        stream = self.model.generate(ids, stream=True, max_tokens=self.max_tokens, decoding=decoding)
         text: list[str] = []
         layers: list[int] = []
         start = time.perf_counter()
@@ -109,13 +115,12 @@ class ChatSession:
 
     def describe_decode(self) -> str:
         """How the next turn decodes: exact (drafted or not) or the lossy policy."""
-        model = self.model
-        policy = self.policy if self.policy is not None else model.policy
-        if model.speculative_for(self.policy, self.speculative):
+        decoding = self.decoding()
+        if decoding.drafts:
             return "the backbone's own tokens, drafted (lossless)"
-        if not policy.exits(model.n_layer):
+        if not decoding.policy.exits(self.model.n_layer):
             return "the backbone's own tokens"
-        return describe_policy(policy)
+        return describe_policy(decoding.policy)
 
     def stats(self) -> str:
         """What /stats prints: the conversation's exit depths and speeds."""
@@ -286,7 +291,6 @@ def _command(
     """Run a /command; an exit status to quit with, or None."""
     name, _, argument = text.partition(" ")
     argument = argument.strip()
-    model = session.model
     if name in ("/exit", "/quit", "/bye"):
         return 0
     if name == "/help":
@@ -305,7 +309,7 @@ def _command(
         elif argument:
             try:
                 policy = ExitPolicy.uniform(float(argument), min_layer=min_layer)
-                model.check_policy(policy)
+                session.model.decoding("repl", policy=policy)  # ValueError where it does not apply
                 session.policy = policy
             except ValueError as error:
                 note(f"error: /tau needs a number (e.g. /tau 0.98) and a model with a river: {error}")

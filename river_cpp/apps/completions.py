@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
+from river_cpp.decoding.decision import Decoding, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream
 from river_cpp.decoding.policy import ExitPolicy
@@ -24,11 +25,6 @@ from river_cpp.engine.context import ContextOverflowError, check_fits
 CHAT_ROLES = ("system", "user", "assistant")
 # finish_reason of a generation stopped through `cancel` (not one of OpenAI's).
 CANCELLED = "cancelled"
-
-
-# llama-cpp-python's sampling defaults for each endpoint (the rest are SamplingParams').
-COMPLETION_SAMPLING = SamplingParams(temperature=0.8)
-CHAT_SAMPLING = SamplingParams(temperature=0.2)
 
 __all__ = ["CANCELLED", "Cancel", "ContextOverflowError", "chat_prompt", "create_chat_completion", "create_completion"]
 
@@ -85,10 +81,8 @@ def _start(
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: Optional[int],
-    sampling: SamplingParams,
+    decoding: Decoding,
     logprobs: Optional[int],
-    policy: Optional[ExitPolicy],
-    speculative: Any,
 ) -> tuple[GenerationStream, _Run]:
     """Check every option and tokenize; the (not yet running) stream and its record."""
     if isinstance(prompt, str):
@@ -100,19 +94,28 @@ def _start(
         isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
     ):
         max_tokens = model.n_ctx  # llama-cpp-python: None or <= 0 generates until the context is full
-    stream = model.generate(
-        prompt_ids,
-        stream=True,
-        max_tokens=max_tokens,
-        sampling=sampling,
-        logprobs=logprobs,
-        policy=policy,
-        speculative=speculative,
-    )
+    stream = model.generate(prompt_ids, stream=True, max_tokens=max_tokens, logprobs=logprobs, decoding=decoding)
     # What the prompt cache will reuse, as the generation's own prefill will find it
     # (the model's lock is taken by the stream's first chunk, after this).
-    cached = model.reusable_prefix(prompt_ids, policy=policy, speculative=speculative)
+    cached = model.reusable_prefix(prompt_ids, decoding)
     return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached)
+
+
+def _decoding(
+    model,
+    kind: str,
+    decoding: Optional[Decoding],
+    policy: Optional[ExitPolicy],
+    speculative: Any,
+    sampling: Optional[SamplingParams],
+    sampling_options: Mapping[str, Any],
+) -> Decoding:
+    """The call's Decoding: `decoding` as given, or its options resolved by the model
+    (river_cpp.decoding.decision) with the defaults of entry `kind`."""
+    if decoding is None:
+        return model.decoding(kind, policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
+    check_alone(policy, speculative, sampling, dict(sampling_options))
+    return decoding
 
 
 def _usage(model, run: _Run) -> dict[str, Any]:
@@ -243,6 +246,7 @@ def create_completion(
     sampling: Optional[SamplingParams] = None,
     policy: Optional[ExitPolicy] = None,
     speculative: Any = None,
+    decoding: Optional[Decoding] = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
     **sampling_options: Any,
@@ -252,12 +256,13 @@ def create_completion(
 
     Sampling: `sampling` (a SamplingParams) and/or its settings one by one
     (temperature, top_p, top_k, min_p, repeat_penalty, seed, stop, ...); defaults are
-    llama-cpp-python's (COMPLETION_SAMPLING). max_tokens None (or <= 0) generates
-    until the context is full; a prompt that leaves no room raises
+    llama-cpp-python's (river_cpp.decoding.decision.SAMPLING_DEFAULTS["completion"]).
+    max_tokens None (or <= 0) generates until the context is full; a prompt that leaves no room raises
     ContextOverflowError. logprobs=n adds the legacy logprobs object (n most likely
     tokens at each step). River options for this call only: policy (an ExitPolicy:
     a lossy decode), speculative (False: plain decoding; a river_cpp.Speculative:
-    that draft); by default the model's (the backbone's own tokens, drafted); cancel
+    that draft); by default the model's (the backbone's own tokens, drafted); or
+    `decoding`, the three already resolved (river_cpp.decoding.decision); cancel
     (a threading.Event, set from any thread) stops the generation with finish_reason
     "cancelled". usage["river"] holds the mean exit layer, the share of backbone
     layers avoided, the exit-depth histogram, timings and speculative counts;
@@ -268,15 +273,8 @@ def create_completion(
     """
     n_top = _check_top_logprobs("logprobs", logprobs)
     include_usage = _include_usage(stream_options)
-    generation, run = _start(
-        model,
-        prompt,
-        max_tokens=max_tokens,
-        sampling=SamplingParams.of(sampling or COMPLETION_SAMPLING, **sampling_options),
-        logprobs=n_top,
-        policy=policy,
-        speculative=speculative,
-    )
+    decoding = _decoding(model, "completion", decoding, policy, speculative, sampling, sampling_options)
+    generation, run = _start(model, prompt, max_tokens=max_tokens, decoding=decoding, logprobs=n_top)
     chunks = _run(generation, run, cancel)
     base = {
         "id": f"cmpl-{uuid.uuid4().hex}",
@@ -381,6 +379,7 @@ def create_chat_completion(
     sampling: Optional[SamplingParams] = None,
     policy: Optional[ExitPolicy] = None,
     speculative: Any = None,
+    decoding: Optional[Decoding] = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
     **sampling_options: Any,
@@ -389,8 +388,8 @@ def create_chat_completion(
     iterator of chat.completion.chunk dicts with stream=True.
 
     The messages go through the model's chat template (chat_prompt); defaults are
-    llama-cpp-python's (CHAT_SAMPLING; max_tokens None: until the end of the turn or
-    the context).
+    llama-cpp-python's (river_cpp.decoding.decision.SAMPLING_DEFAULTS["chat"]; max_tokens
+    None: until the end of the turn or the context).
     logprobs=True adds {"content": [...]} with `top_logprobs` alternatives per token.
     Every other option, the usage block and locking are as in create_completion.
     """
@@ -401,14 +400,9 @@ def create_chat_completion(
         raise ValueError("top_logprobs needs logprobs=True")
     include_usage = _include_usage(stream_options)
     prompt = chat_prompt(model, messages)
+    decoding = _decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options)
     generation, run = _start(
-        model,
-        prompt,
-        max_tokens=max_tokens,
-        sampling=SamplingParams.of(sampling or CHAT_SAMPLING, **sampling_options),
-        logprobs=(n_top or 0) if logprobs else None,
-        policy=policy,
-        speculative=speculative,
+        model, prompt, max_tokens=max_tokens, decoding=decoding, logprobs=(n_top or 0) if logprobs else None
     )
     chunks = _run(generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}

@@ -18,6 +18,7 @@ from typing import Any, Callable, Generator, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.decoding.decision import Decoding, SpeculativeOption, check_alone, decide
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import Sampler, SamplingParams
@@ -143,7 +144,7 @@ def generate_step(
     prompt_ids: Sequence[int],
     sampler: Callable[[np.ndarray, Sequence[int]], int],
     *,
-    policy: Optional[ExitPolicy] = None,
+    policy: Union[ExitPolicy, Callable[[int], ExitPolicy], None] = None,
     speculative: Optional[Speculative] = None,
     speculative_stats: Optional[SpeculativeStats] = None,
 ) -> Iterator[Step]:
@@ -151,7 +152,9 @@ def generate_step(
 
     `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
     measurement forces tokens this way). `policy`: the exit policy of this loop's
-    forwards (None: the model's own). With `speculative`, rounds of drafted tokens
+    forwards (None: the model's own), or a function: policy(i) is that of the forward
+    whose logits choose token i (0: the prompt's; measurement's controls vary it).
+    With `speculative`, rounds of drafted tokens
     are verified by the backbone (river_cpp.decoding.speculative); the tokens are the
     backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
     Lazy: the forward after a token runs only when the caller asks for the next one.
@@ -160,8 +163,9 @@ def generate_step(
     if speculative is not None:
         yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats)
         return
+    policy_at = policy if callable(policy) else (lambda i: policy)
     history = list(prompt_ids)
-    logits = prefill(model, prompt_ids, policy=policy)
+    logits = prefill(model, prompt_ids, policy=policy_at(0))
     while True:
         token = sampler(logits, history)
         history.append(token)
@@ -169,7 +173,7 @@ def generate_step(
         # The cache holds everything before `token`; with it the sequence is full.
         if model.n_past + 1 >= model.n_ctx:
             return
-        logits = decode_one_token(model, token, policy=policy)
+        logits = decode_one_token(model, token, policy=policy_at(len(history) - len(prompt_ids)))
 
 
 # ---------------------------------------------------------------- text
@@ -286,41 +290,54 @@ def _generate_chunks(
     )
 
 
-SpeculativeOption = Union[bool, Speculative, None]
-
-
 def stream_generate(
     model: LanguageModel,
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: int = 128,
-    sampling: Optional[SamplingParams] = None,
+    logprobs: Optional[int] = None,
+    decoding: Optional[Decoding] = None,
     policy: Optional[ExitPolicy] = None,
     speculative: SpeculativeOption = None,
-    logprobs: Optional[int] = None,
+    sampling: Optional[SamplingParams] = None,
     **sampling_options: Any,
 ) -> GenerationStream:
     """The GenerationStream of a continuation of `prompt` (text, or token ids used as
-    they are); see generate. Options are checked, and the prompt tokenized, before
-    anything runs."""
+    they are); see generate. `decoding`: how it decodes, as resolved by
+    river_cpp.decoding.decision; without one, the options are resolved here over the
+    model's policy (no draft, SamplingParams' defaults). Options are checked, and the
+    prompt tokenized, before anything runs."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     if logprobs is not None and (
         isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral) or not 0 <= logprobs <= model.n_vocab
     ):
         raise ValueError(f"logprobs must be an integer in [0, n_vocab] or None, got {logprobs!r}")
-    if policy is not None:
-        model.check_policy(policy)
-    params = SamplingParams.of(sampling, **sampling_options)
+    if decoding is None:
+        decoding = decide(
+            Decoding(model.policy, None, SamplingParams()),
+            n_layer=model.n_layer,
+            has_river=model.has_river,
+            policy=policy,
+            speculative=speculative,
+            sampling=sampling,
+            **sampling_options,
+        )
+    else:
+        check_alone(policy, speculative, sampling, sampling_options)
+    params = decoding.sampling
     if params.seed is None and model.seed is not None:
         params = params.replace(seed=model.seed)
-    spec = _speculative(speculative)
-    if spec is not None and spec.uses_river and not model.has_river:
-        raise ValueError('drafting with the river needs a model with a river (Speculative(draft="ngram") needs none)')
     prompt_ids = _prompt_ids(model, prompt)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
     chunks = _generate_chunks(
-        model, prompt_ids, Sampler(params), max_new_tokens, policy, spec, None if logprobs is None else int(logprobs)
+        model,
+        prompt_ids,
+        Sampler(params),
+        max_new_tokens,
+        decoding.policy,
+        decoding.speculative,
+        None if logprobs is None else int(logprobs),
     )
     return GenerationStream(chunks)
 
@@ -335,8 +352,9 @@ def generate(
     top_p (0.95), min_p (0.05), repeat_penalty (1), repeat_last_n (64), seed (None:
     model.seed), stop (strings)); policy (an ExitPolicy for this call; None: the
     model's); speculative (True, or a river_cpp.Speculative: drafts verified by the
-    backbone; the tokens are the backbone's own); logprobs (None; n: each chunk
-    carries its token's logprob and the n most likely tokens' logprobs).
+    backbone; the tokens are the backbone's own); or `decoding`, all three resolved
+    (river_cpp.decoding.decision); logprobs (None; n: each chunk carries its token's
+    logprob and the n most likely tokens' logprobs).
     Continues from the longest prefix of the prompt the cache already holds (see
     model.cached_prefix); the rest of the cache is dropped. Ends at an
     end-of-generation token or at the first of the `stop` strings (the text
@@ -352,17 +370,6 @@ def generate(
     for _ in chunk_stream:
         pass
     return chunk_stream.result
-
-
-def _speculative(option: SpeculativeOption) -> Optional[Speculative]:
-    """generate's `speculative` option as a Speculative (or None)."""
-    if option is None or option is False:
-        return None
-    if option is True:
-        return Speculative()
-    if not isinstance(option, Speculative):
-        raise TypeError(f"speculative must be a bool or a Speculative, got {type(option).__name__}")
-    return option
 
 
 def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list[int]:

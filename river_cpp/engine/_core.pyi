@@ -77,6 +77,31 @@ def add_rpc_server(endpoint: str) -> None:
 def serve_rpc(endpoint: str, n_threads: int) -> None:
     """Serve this machine's CPU over ggml RPC at host:port; does not return."""
 
+class ExitConfig:
+    """When and how tokens leave the backbone, prepared once per policy and handed to
+    every Engine.forward that runs under it. thresholds[d]: after d backbone layers a
+    batch exits when its least similar token's signal exceeds it (inf: never there);
+    signal: "cosine" or "update_norm"; tail_layers: exited tokens return to the
+    backbone for the last layers; river_head: exited tokens use the river's LM head;
+    exit_vocab: exited tokens score only ids [0, exit_vocab) (0: all)."""
+
+    def __init__(
+        self,
+        thresholds: Sequence[float],
+        signal: str = "cosine",
+        tail_layers: int = 0,
+        river_head: bool = False,
+        exit_vocab: int = 0,
+    ) -> None: ...
+    @property
+    def thresholds(self) -> list[float]: ...
+    @property
+    def tail_layers(self) -> int: ...
+    @property
+    def river_head(self) -> bool: ...
+    @property
+    def exit_vocab(self) -> int: ...
+
 class Engine:
     def __init__(
         self,
@@ -86,10 +111,18 @@ class Engine:
         n_threads: int,
         use_mmap: bool = True,
         cpu_extra_bufts: Sequence[str] = (),
+        reuse_graphs: bool = True,
     ) -> None:
         """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
-        repacked into (none by default); RiverError for a name this ggml lacks."""
-    def forward(self, ids: npt.ArrayLike, last_only: bool, use_exit: bool) -> npt.NDArray[np.float32]: ...
+        repacked into (none by default); RiverError for a name this ggml lacks.
+        reuse_graphs: keep decode graphs for later steps (False: build every graph afresh)."""
+    def forward(
+        self, ids: npt.ArrayLike, last_only: bool, exit: Optional[ExitConfig] = None
+    ) -> npt.NDArray[np.float32]:
+        """Append ids and return their logits ([len(ids) or 1, n_vocab]); tokens leave
+        the backbone as `exit` says (None: every token runs the full backbone)."""
+    def check_exit(self, exit: ExitConfig) -> None:
+        """RiverError unless `exit` fits this model (forward checks the one it is given)."""
     def load_river(self, path: str) -> None: ...
     def check_files(self) -> None:
         """Raise RiverError when the backbone or river file changed on disk (inode,
@@ -131,10 +164,8 @@ class Engine:
     def fallback_ops(self) -> dict[str, list[str]]:
         """Per device name, the ops of the graphs built so far that the device cannot
         run and that ggml's scheduler ran on the CPU instead (empty: none)."""
-    reuse_graphs: bool
-    def set_exit(
-        self, thresholds: Sequence[float], signal: str, tail_layers: int, river_head: bool, exit_vocab: int = 0
-    ) -> None: ...
+    @property
+    def reuse_graphs(self) -> bool: ...
     def read_kv(self, layer: int, pos: int, n: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
     def rewind(self, n_past: int) -> None: ...
     def reset(self) -> None: ...

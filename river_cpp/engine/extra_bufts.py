@@ -4,11 +4,14 @@ An extra buffer type keeps weights in a layout its own matmul kernels read faste
 some hosts one of them faults and takes the process with it (ggml's AMX kernels in some
 VMs: the kernel grants the tile permission, the first tile instruction faults). So a
 type is used only once a probe has shown it works here: for each candidate a
-short-lived child process (``python -m river_cpp.engine.extra_bufts NAME``) multiplies small
+short-lived child process (this module's child_main, importing the same river_cpp as
+this process whatever its working folder holds: river_cpp._child) multiplies small
 matrices of each weight type the candidate takes, through it and through the plain CPU
 layout, and this process compares the two. A crash, a timeout, a failure or a wrong
-result marks the candidate unusable. Verdicts are cached in the cache folder, keyed by
-CPU model, kernel release and ggml version, so the probe runs once per host.
+result marks the candidate unusable. Verdicts about the type (a crash, a wrong or a
+right result) are cached in the cache folder, keyed by CPU model, kernel release and
+ggml version, so the probe runs once per host; a child that failed to run or timed
+out is no verdict on the host, and the next process probes again.
 
 Does not choose tensors or layouts (the engine, csrc/cpu_layout.*, does that within the
 allowed set) and does not load models.
@@ -32,6 +35,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
+
+from river_cpp._child import python_command
 
 ENV = "RIVER_CPP_EXTRA_BUFTS"
 MODES = ("auto", "none", "repack", "all")
@@ -167,7 +172,7 @@ def probe(
 
 
 def _child_command(name: str) -> list[str]:
-    return [sys.executable, "-m", "river_cpp.engine.extra_bufts", name]
+    return python_command("from river_cpp.engine.extra_bufts import child_main; child_main()", name)
 
 
 def judge(returncode: int, stdout: str, stderr: str) -> Verdict:
@@ -291,7 +296,12 @@ def run_child(name: str) -> dict:
     return {"products": products}
 
 
-if __name__ == "__main__":
+def child_main() -> None:
+    """The child process: probe the buffer type named by its one argument, print the report."""
     if len(sys.argv) != 2:
         sys.exit("usage: python -m river_cpp.engine.extra_bufts BUFFER_TYPE")
     print(json.dumps(run_child(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    child_main()

@@ -6,6 +6,7 @@ text, argument checking, and the generation loop from river_cpp.decoding.generat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import weakref
@@ -14,10 +15,20 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.decoding.decision import (
+    Decoding,
+    SpeculativeOption,
+    check_alone,
+    check_policy,
+    decide,
+    preset_decoding,
+    sampling_defaults,
+)
 from river_cpp.decoding.exit_stats import ExitStats
-from river_cpp.decoding.generation import GenerationResult, GenerationStream, SpeculativeOption, stream_generate
+from river_cpp.decoding.generation import GenerationResult, GenerationStream, stream_generate
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.presets import DEFAULT
+from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
 from river_cpp.engine import _core
 from river_cpp.engine._ggml import set_ggml_verbosity
@@ -33,6 +44,9 @@ from river_cpp.engine.tokenizer import Tokenizer
 DEFAULT_N_BATCH = 512
 PREFILL_MODES = ("exit", "backbone")
 DEFAULT_PREFILL = DEFAULT.prefill
+# Prepared exit configurations a model keeps for the policies it last ran (a server
+# may see a new tau in every request: the memo stays small).
+_MAX_EXIT_CONFIGS = 16
 
 
 def _default_head(river: Union[str, os.PathLike, None]) -> Union[bool, str]:
@@ -74,6 +88,9 @@ def _let_go(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -
     release_links(remote_devices)
 
 
+_SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+
+
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -107,6 +124,7 @@ class RiverModel:
         n_gpu_layers: int = -1,
         main_gpu: int = 0,
         rpc_servers: Sequence[str] = (),
+        reuse_graphs: bool = True,
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
 
@@ -121,7 +139,9 @@ class RiverModel:
             policy never exits: the river and n-gram matches from the context with a
             river, n-gram matches alone without one. False: plain decoding. The
             output is the backbone's either way; drafting changes only its speed.
-            Each generate() / create_*completion() call may override both.
+            Both are resolved by river_cpp.decoding.decision and fixed for the
+            model's life (read-only); each generate() / create_*completion() call
+            may override them for itself.
         prefill: "backbone" (default: the prompt always runs the full backbone, so its
             KV cache is full precision) or "exit" (the prompt exits at one depth, as
             decode tokens do).
@@ -141,6 +161,8 @@ class RiverModel:
         main_gpu: the device to fill first, as an index into the offloading devices.
         rpc_servers: "host:port" of `river-cpp rpc-server`s whose devices join the
             placement (ggml built with -DGGML_RPC=on).
+        reuse_graphs: keep decode graphs for later steps (default); False builds
+            every graph afresh (for measuring what reuse saves).
         """
         if prefill not in PREFILL_MODES:
             raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
@@ -171,6 +193,7 @@ class RiverModel:
             n_threads,
             bool(use_mmap),
             cpu_extra_bufts=list(self.extra_bufts.allowed),
+            reuse_graphs=bool(reuse_graphs),
         )
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
@@ -197,13 +220,19 @@ class RiverModel:
         if verbose:
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
             print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
-        self.prefill = prefill
+        self._prefill = prefill
         self._tail_layers = tail_layers
         self._river_head = bool(river_head)
-        # The exit configuration the engine holds now: forwards set it when theirs differs.
-        self._engine_exit: Optional[tuple[ExitPolicy, int]] = None
-        self.policy = policy if policy is not None else ExitPolicy.never()
-        self.speculative: Optional[Speculative] = self._default_speculative(speculative)
+        # Each policy's prepared _core.ExitConfig (by policy and exit_vocab): settings
+        # a forward hands the engine, not a copy of the engine's state.
+        self._exit_configs: dict[tuple[ExitPolicy, int], Optional[_core.ExitConfig]] = {}
+        self._defaults: Decoding = decide(
+            preset_decoding(DEFAULT, has_river=self.has_river),
+            n_layer=self.n_layer,
+            has_river=self.has_river,
+            policy=policy,
+            speculative=speculative,
+        )
         # What the cache holds, for the prompt cache: each position's token and the
         # backbone layers that computed it (n_layer: the full backbone).
         self._cached_ids: list[int] = []
@@ -328,43 +357,65 @@ class RiverModel:
 
     @property
     def policy(self) -> ExitPolicy:
-        """The default exit policy of decoding; assign a new ExitPolicy at any time (a
-        call's own `policy=` overrides it for that call)."""
-        return self._policy
+        """The default exit policy of decoding (read-only: a call's own `policy=`
+        overrides it for that call)."""
+        return self._defaults.policy
 
-    @policy.setter
-    def policy(self, policy: ExitPolicy) -> None:
-        self.check_policy(policy)
-        self._policy = policy
+    @property
+    def speculative(self) -> Optional[Speculative]:
+        """The default draft of decoding (None: plain decoding; read-only: a call's
+        own `speculative=` overrides it for that call)."""
+        return self._defaults.speculative
+
+    @property
+    def prefill(self) -> str:
+        """The prompt's route: "backbone" (full precision) or "exit" (read-only)."""
+        return self._prefill
 
     def check_policy(self, policy: ExitPolicy) -> None:
         """TypeError / ValueError unless `policy` applies to this model."""
-        if not isinstance(policy, ExitPolicy):
-            raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
-        if policy.exits(self.n_layer) and not self.has_river:  # exits() checks the depths too
-            raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
+        check_policy(policy, n_layer=self.n_layer, has_river=self.has_river)
 
-    def _default_speculative(self, option: SpeculativeOption) -> Optional[Speculative]:
-        """The constructor's `speculative` as the model's default draft (see __init__)."""
-        if option is None:
-            if self.policy.exits(self.n_layer):
-                return None  # a lossy decode was asked for
-            return Speculative() if self.has_river else Speculative(draft="ngram")
-        if option is False:
-            return None
-        spec = Speculative() if option is True else option
-        if not isinstance(spec, Speculative):
-            raise TypeError(f"speculative must be a bool or a Speculative, got {type(spec).__name__}")
-        if spec.uses_river and not self.has_river:
-            raise ValueError('drafting with the river needs a river: use Speculative(draft="ngram") or load one')
-        return spec
+    def decoding(
+        self,
+        kind: str = "generate",
+        *,
+        policy: Optional[ExitPolicy] = None,
+        speculative: SpeculativeOption = None,
+        sampling: Optional[SamplingParams] = None,
+        **sampling_options: Any,
+    ) -> Decoding:
+        """How a call of entry `kind` ("generate", "completion", "chat", "repl"; see
+        river_cpp.decoding.decision.SAMPLING_DEFAULTS) with these options decodes
+        on this model: river_cpp.decoding.decision.decide over the model's defaults."""
+        defaults = Decoding(self.policy, self.speculative, sampling_defaults(kind))
+        return decide(
+            defaults,
+            n_layer=self.n_layer,
+            has_river=self.has_river,
+            policy=policy,
+            speculative=speculative,
+            sampling=sampling,
+            **sampling_options,
+        )
 
-    def _apply_exit(self, policy: ExitPolicy, exit_vocab: int) -> None:
-        """Hand the engine `policy` and `exit_vocab` unless it holds them already (lock held)."""
-        if self._engine_exit != (policy, exit_vocab):
-            thresholds = policy.resolve(self.n_layer)
-            self.engine.set_exit(thresholds, policy.signal, self._tail_layers, self._river_head, exit_vocab)
-            self._engine_exit = (policy, exit_vocab)
+    def _exit_config(self, policy: ExitPolicy, exit_vocab: int) -> Optional[_core.ExitConfig]:
+        """The engine's prepared form of `policy` with `exit_vocab` (None: it never
+        exits, so the forward runs the full backbone), built once per pair."""
+        key = (policy, exit_vocab)
+        try:
+            return self._exit_configs[key]
+        except KeyError:
+            pass
+        config = None
+        if policy.exits(self.n_layer):
+            config = _core.ExitConfig(
+                policy.resolve(self.n_layer), policy.signal, self._tail_layers, self._river_head, exit_vocab
+            )
+        if len(self._exit_configs) >= _MAX_EXIT_CONFIGS:
+            self._exit_configs.clear()
+        self._exit_configs[key] = config
+        return config
 
     @property
     def last_exit_layers(self) -> np.ndarray:
@@ -474,12 +525,14 @@ class RiverModel:
             or not 1 <= exit_vocab <= self.n_vocab
         ):
             raise ValueError(f"exit_vocab must be None or an integer in [1, {self.n_vocab}], got {exit_vocab!r}")
+        exit_config = None
+        if use_exit:
+            exit_config = self._exit_config(self.policy if policy is None else policy, int(exit_vocab or 0))
         with self._lock:
             check_fits(int(ids.size), self.n_ctx, cached=self.n_past, room=0)
             if self._remote_devices:
                 self._check_servers()
-            self._apply_exit(self.policy if policy is None else policy, int(exit_vocab or 0))
-            logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), use_exit)
+            logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), exit_config)
             self._cached_ids.extend(int(t) for t in ids)
             self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
         return logits
@@ -493,20 +546,28 @@ class RiverModel:
         stream: bool = False,
         policy: Optional[ExitPolicy] = None,
         speculative: SpeculativeOption = None,
+        sampling: Optional[SamplingParams] = None,
+        decoding: Optional[Decoding] = None,
         **options: Any,
     ) -> Union[GenerationResult, GenerationStream]:
         """Generate a continuation of `prompt`; see river_cpp.decoding.generation.generate.
 
-        The backbone's own tokens unless a lossy decode is asked for. `policy` and
-        `speculative` apply to this call only: with neither, the model's defaults
-        (model.policy and model.speculative); with a policy alone, plain decoding
-        under it; speculative=False, plain decoding under the model's policy.
+        The backbone's own tokens unless a lossy decode is asked for. `policy`,
+        `speculative` and the sampling settings (`sampling` and/or temperature, top_k,
+        ... one by one) apply to this call only, resolved over the model's defaults
+        by river_cpp.decoding.decision (self.decoding): with none, the model's
+        defaults; with a policy that exits, plain decoding under it;
+        speculative=False, plain decoding under the model's policy. `decoding`: an
+        already resolved Decoding instead of those options.
         Holds the model's lock while it runs (a stream: from its first chunk until it
         is exhausted or closed), so other threads' calls wait their turn.
         """
-        chunks = stream_generate(
-            self, prompt, policy=policy, speculative=self.speculative_for(policy, speculative), **options
-        )
+        sampling_options = {name: options.pop(name) for name in _SAMPLING_FIELDS & options.keys()}
+        if decoding is None:
+            decoding = self.decoding(policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
+        else:
+            check_alone(policy, speculative, sampling, sampling_options)
+        chunks = stream_generate(self, prompt, decoding=decoding, **options)
         locked = GenerationStream(self._locked(chunks))
         if stream:
             return locked
@@ -514,21 +575,12 @@ class RiverModel:
             pass
         return locked.result
 
-    def speculative_for(self, policy: Optional[ExitPolicy], speculative: SpeculativeOption) -> SpeculativeOption:
-        """The draft of a call with these options: its own, else the model's unless the
-        call asks for a lossy policy (falsy: the call decodes plainly)."""
-        if speculative is None:
-            return self.speculative if policy is None else None
-        return speculative
-
-    def reusable_prefix(
-        self, ids: Sequence[int], *, policy: Optional[ExitPolicy] = None, speculative: SpeculativeOption = None
-    ) -> int:
-        """How many leading `ids` a generate() call with these options would reuse from
-        the cache (the prompt cache's hits)."""
-        if self.speculative_for(policy, speculative):
+    def reusable_prefix(self, ids: Sequence[int], decoding: Decoding) -> int:
+        """How many leading `ids` a generate() call decoding so would reuse from the
+        cache (the prompt cache's hits)."""
+        if decoding.drafts:
             return self.cached_prefix(ids, route="backbone")  # a speculative prompt runs the backbone
-        return self.cached_prefix(ids, route="prompt", policy=policy)
+        return self.cached_prefix(ids, route="prompt", policy=decoding.policy)
 
     def _locked(self, stream):
         """`stream`'s chunks and result, with the lock held from its first chunk."""

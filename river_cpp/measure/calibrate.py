@@ -82,6 +82,11 @@ class Calibration:
     held_out: Optional[QualityReport] = None
     held_out_mean_exit: float = math.nan
 
+    @property
+    def policy(self) -> ExitPolicy:
+        """The chosen policy: the one that meets the target at the least mean exit depth."""
+        return self.chosen.policy
+
 
 def split_workloads(
     tokenizer: TextTokenizer, documents: Sequence[Document], *, tokens: int, prefix: int = 32, forced: int = 64
@@ -120,7 +125,7 @@ def backbone_signals(
 ) -> np.ndarray:
     """The signal at every depth of every decode step of the corpus, with no token
     exiting: [positions, n_layer], NaN at depth 0."""
-    model.policy = ExitPolicy.uniform(_NEVER_EXITS, min_layer=1, signal=signal)
+    checked = ExitPolicy.uniform(_NEVER_EXITS, min_layer=1, signal=signal)
     rows = []
 
     def record(i: int) -> None:
@@ -129,7 +134,7 @@ def backbone_signals(
             rows.append(np.array(model.engine.last_similarities, dtype=np.float64))
 
     for chunk in progress(work.chunks, "signals"):
-        teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], before_step=record)
+        teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], before_step=record, policy=checked)
         rows.append(np.array(model.engine.last_similarities, dtype=np.float64))  # the last decode step
     return np.stack(rows)
 
@@ -167,8 +172,9 @@ def calibrate(
 ) -> Calibration:
     """Thresholds that meet `target` on `calibration` at the least mean exit depth.
 
-    `model` is loaded with its river; its policy is left at the chosen one. With
-    `held_out`, the chosen policy's quality there is measured too.
+    `model` is loaded with its river; every run passes its own policy, so the model
+    is left as it was: the choice is the result's `policy`. With `held_out`, the
+    chosen policy's quality there is measured too.
     """
     unknown = set(families) - {UNIFORM, PER_LAYER}
     if unknown or not families:
@@ -176,9 +182,13 @@ def calibrate(
     reference, _ = reference_run(model, calibration, progress)
 
     def measure(family: str, parameter: float, policy: ExitPolicy) -> Trial:
-        model.policy = policy
         positions, exits = forced_positions(
-            model, calibration, reference, progress=progress, desc=f"{family} {parameter:.5f}"
+            model,
+            calibration,
+            reference,
+            policy_for=lambda c: policy,
+            progress=progress,
+            desc=f"{family} {parameter:.5f}",
         )
         return Trial(family, parameter, policy, QualityReport.from_positions(positions), float(exits.mean()))
 
@@ -204,9 +214,9 @@ def calibrate(
     result = Calibration(target, chosen, trials)
     if held_out is not None:
         held_reference, _ = reference_run(model, held_out, progress)
-        model.policy = chosen.policy
-        positions, exits = forced_positions(model, held_out, held_reference, progress=progress, desc="held out")
+        positions, exits = forced_positions(
+            model, held_out, held_reference, policy_for=lambda c: chosen.policy, progress=progress, desc="held out"
+        )
         result.held_out = QualityReport.from_positions(positions)
         result.held_out_mean_exit = float(exits.mean())
-    model.policy = chosen.policy
     return result

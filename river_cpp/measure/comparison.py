@@ -37,6 +37,7 @@ from river_cpp.measure.configs import (
 from river_cpp.measure.corpus import Document, TextTokenizer, document_tokens
 from river_cpp.measure.evaluate import (
     ForcedRun,
+    PolicyOption,
     Positions,
     QualityReport,
     greedy_tokens,
@@ -290,7 +291,6 @@ class Workload:
 # ---------------------------------------------------------------- running
 
 
-Step = Optional[Callable[[int], None]]
 Progress = Callable[[Sequence, str], Sequence]
 
 
@@ -303,27 +303,30 @@ def forced_positions(
     work: Workload,
     reference: Sequence[np.ndarray],
     *,
-    step_for: Callable[[int], Step] = lambda chunk: None,
+    policy_for: Callable[[int], PolicyOption] = lambda chunk: None,
     progress: Progress = _no_progress,
     desc: str = "",
 ) -> tuple[Positions, np.ndarray]:
     """Teacher-force every chunk; compare its decode steps with the reference's rows.
 
-    Returns the positions and each position's exit layer. `step_for(c)` gives chunk
-    c's before_step (see evaluate.teacher_forced; step 0 is the prefix's prefill).
+    Returns the positions and each position's exit layer. `policy_for(c)` gives chunk
+    c's policy (see evaluate.teacher_forced: one for the chunk, or one per step, step
+    0 being the prefix's prefill; None: the model's).
     """
     parts, exits = [], []
     for c in progress(range(len(work.chunks)), desc):
-        run = _forced_chunk(model, work, c, step_for(c))
+        run = _forced_chunk(model, work, c, policy_for(c))
         parts.append(Positions.compare(reference[c], run.logits))
         exits.append(run.exit_layers)
     return Positions.concatenate(parts), np.concatenate(exits)
 
 
-def _forced_chunk(model: LanguageModel, work: Workload, c: int, step: Step, *, batched: bool = False) -> ForcedRun:
-    """Chunk c teacher-forced; row 0 (the prefill's own prediction) dropped."""
+def _forced_chunk(
+    model: LanguageModel, work: Workload, c: int, policy: PolicyOption, *, batched: bool = False
+) -> ForcedRun:
+    """Chunk c teacher-forced under `policy`; row 0 (the prefill's own prediction) dropped."""
     chunk = work.chunks[c]
-    run = teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], before_step=step, batched=batched)
+    run = teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], policy=policy, batched=batched)
     run.logits, run.exit_layers = run.logits[1:], run.exit_layers[1:]
     return run
 
@@ -332,10 +335,10 @@ def reference_run(
     model: RiverModel, work: Workload, progress: Progress = _no_progress
 ) -> tuple[list[np.ndarray], list[list[int]]]:
     """The backbone's logits at every measured position, per chunk, and its greedy
-    continuation of every prompt; `model` runs with ExitPolicy.never()."""
-    model.policy = ExitPolicy.never()
-    logits = [_forced_chunk(model, work, c, None).logits for c in progress(range(len(work.chunks)), "backbone")]
-    greedy = [greedy_tokens(model, p, work.divergence_tokens) for p in work.prompts]
+    continuation of every prompt (every forward under ExitPolicy.never())."""
+    never = ExitPolicy.never()
+    logits = [_forced_chunk(model, work, c, never).logits for c in progress(range(len(work.chunks)), "backbone")]
+    greedy = [greedy_tokens(model, p, work.divergence_tokens, policy=never) for p in work.prompts]
     return logits, greedy
 
 
@@ -343,16 +346,15 @@ def mean_divergence(
     model: LanguageModel,
     work: Workload,
     reference_greedy: Sequence[Sequence[int]],
-    step: Step = None,
+    policy: PolicyOption = None,
     speculative: Optional[Speculative] = None,
 ) -> float:
-    """Mean greedy tokens-until-divergence from the backbone over the prompts."""
+    """Mean greedy tokens-until-divergence from the backbone over the prompts, under
+    `policy` (see evaluate.greedy_tokens)."""
     return float(
         np.mean(
             [
-                tokens_until_divergence(
-                    ref, greedy_tokens(model, p, len(ref), before_step=step, speculative=speculative)
-                )
+                tokens_until_divergence(ref, greedy_tokens(model, p, len(ref), policy=policy, speculative=speculative))
                 for p, ref in zip(work.prompts, reference_greedy)
             ]
         )
@@ -381,25 +383,23 @@ def river_rows(
             weights.per_token(exit_layers, tail_layers=config.tail_layers, river_head=bool(config.river_head)).mean()
         )
 
-    config.apply(model)
-    positions, exits = forced_positions(model, work, reference, progress=progress, desc=config.name)
+    positions, exits = forced_positions(
+        model, work, reference, policy_for=lambda c: config.policy, progress=progress, desc=config.name
+    )
     yield Row(
         config.name,
         entry.group,
         QualityReport.from_positions(positions),
         per_token(exits),
         float(exits.mean()),
-        mean_divergence(model, work, reference_greedy, speculative=speculative),
+        mean_divergence(model, work, reference_greedy, config.policy, speculative),
     )
     if not entry.controls:
         return
 
-    def prefill_then(policy_at: Callable[[int], ExitPolicy]) -> Step:
+    def prefill_then(policy_at: Callable[[int], ExitPolicy]) -> Callable[[int], ExitPolicy]:
         # The prefix prefills as the River configuration does; only decode depths differ.
-        def step(i: int) -> None:
-            model.policy = config.policy if i == 0 else policy_at(i)
-
-        return step
+        return lambda i: config.policy if i == 0 else policy_at(i)
 
     def excess(control: Positions) -> dict[str, float]:
         difference = control.kl - positions.kl
@@ -408,7 +408,7 @@ def river_rows(
     k = int(round(float(exits.mean())))
     static = prefill_then(lambda i: ExitPolicy.at_layer(k))
     static_positions, static_exits = forced_positions(
-        model, work, reference, step_for=lambda c: static, progress=progress, desc=f"static k={k}"
+        model, work, reference, policy_for=lambda c: static, progress=progress, desc=f"static k={k}"
     )
     yield Row(
         f"{config.name}: static k={k}",
@@ -428,7 +428,7 @@ def river_rows(
         reference,
         progress=progress,
         desc="random depths",
-        step_for=lambda c: prefill_then(lambda i: ExitPolicy.at_layer(int(dealt[c, i - 1]))),
+        policy_for=lambda c: prefill_then(lambda i: ExitPolicy.at_layer(int(dealt[c, i - 1]))),
     )
     # Greedy runs have no fixed positions to deal depths to: that control is left out.
     yield Row(
@@ -440,7 +440,6 @@ def river_rows(
         control_of=config.name,
         **excess(random_positions),
     )
-    config.apply(model)
 
 
 def llama_row(
@@ -474,8 +473,15 @@ def llama_row(
 
 
 def _load_key(config: RiverConfig) -> tuple:
-    """Configurations with equal keys can share one loaded model (RiverConfig.apply)."""
-    return config.river, tuple(sorted(config.river_types.items())), config.river_head, config.tail_layers
+    """Configurations with equal keys can share one loaded model (each row passes its
+    own policy to every run)."""
+    return (
+        config.river,
+        tuple(sorted(config.river_types.items())),
+        config.river_head,
+        config.tail_layers,
+        config.prefill,
+    )
 
 
 def run_comparison(

@@ -52,11 +52,6 @@ class RiverConfig:
             n_gpu_layers=n_gpu_layers,
         )
 
-    def apply(self, model: RiverModel) -> None:
-        """Switch a loaded model with the same river to this configuration's routing."""
-        model.policy = self.policy
-        model.prefill = self.prefill
-
 
 def backbone_config() -> RiverConfig:
     """The backbone alone, no river loaded."""

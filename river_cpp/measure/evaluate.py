@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from river_cpp.decoding.acceptance import common_prefix
 from river_cpp.decoding.generation import generate_step
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.engine.language_model import LanguageModel
+
+# An exit policy for a whole run, or policy(i) for the forward whose logits give row
+# (or token) i, 0 being the prompt's (generate_step's `policy`); None: the model's.
+PolicyOption = Union[ExitPolicy, Callable[[int], ExitPolicy], None]
 
 if TYPE_CHECKING:
     from river_cpp.decoding.speculative import Speculative
@@ -33,7 +37,7 @@ class ForcedTokens:
 
     Past the end it chooses the last token again; a caller that stops after
     len(tokens) steps never feeds that choice. `after(i)`, when given, runs once the
-    i-th choice is made, before the forward that feeds it (for per-token policies).
+    i-th choice is made, before the forward that feeds it (to observe each step).
     """
 
     def __init__(self, tokens: Sequence[int], *, after: Optional[Callable[[int], None]] = None) -> None:
@@ -88,21 +92,21 @@ def teacher_forced(
     *,
     before_step: Optional[Callable[[int], None]] = None,
     batched: bool = False,
-    policy: Optional[ExitPolicy] = None,
+    policy: PolicyOption = None,
 ) -> ForcedRun:
     """From an empty cache, prefill `prompt`, then feed `continuation` one token at a
     time (generation's loop, choosing the continuation's tokens).
 
     Row i of the result is the distribution over continuation[i]. `before_step(i)`
-    runs before the forward that produces row i (for per-token policies).
+    runs before the forward that produces row i (to observe each step).
     batched: one forward of prompt + continuation[:-1] instead, for a model whose
     tokens take no per-token decisions (llama.cpp: the same logits, much faster).
-    policy: the exit policy of the run (None: the model's).
+    policy: the exit policy of the run, or of each row (PolicyOption; None: the model's).
     """
     model.reset()
     if batched:
-        if before_step is not None:
-            raise ValueError("a batched run takes no per-token policy")
+        if before_step is not None or callable(policy):
+            raise ValueError("a batched run takes no per-token steps or policies")
         logits = model.forward(list(prompt) + list(continuation[:-1]), route="backbone")[len(prompt) - 1 :]
         return ForcedRun(np.array(logits, dtype=np.float32), np.asarray(model.last_exit_layers[len(prompt) - 1 :]))
     if before_step is not None:
@@ -249,10 +253,10 @@ def greedy_tokens(
     *,
     before_step: Optional[Callable[[int], None]] = None,
     speculative: Optional[Speculative] = None,
-    policy: Optional[ExitPolicy] = None,
+    policy: PolicyOption = None,
 ) -> list[int]:
-    """The greedy continuation under `policy` (None: the model's; no stop tokens),
-    from an empty cache.
+    """The greedy continuation under `policy` (a PolicyOption; None: the model's; no
+    stop tokens), from an empty cache.
 
     `before_step(i)` runs before the forward whose logits choose token i, as in
     teacher_forced. speculative: generate it losslessly (the backbone's tokens).

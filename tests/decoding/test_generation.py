@@ -287,8 +287,7 @@ def test_generation_records_each_tokens_exit_layer(tiny_llama4, river_cache):
         stats = result.exit_stats
         assert stats.mean_exit_layer == 1 and stats.histogram[1] == len(result.token_ids)
         assert stats.backbone_fraction_avoided == pytest.approx(0.75)
-        model.policy = ExitPolicy.never()
-        chunks = list(model.generate("Hello there", max_tokens=4, stream=True))
+        chunks = list(model.generate("Hello there", max_tokens=4, stream=True, policy=ExitPolicy.never()))
         assert [c.exit_layer for c in chunks] == [4] * len(chunks)
 
 

@@ -50,12 +50,23 @@ def test_nonsense_raises(make):
 
 
 def test_model_without_river_accepts_only_never(tiny_llama):
+    RiverModel(tiny_llama, river=None, policy=ExitPolicy.never()).close()
+    with pytest.raises(ValueError, match="no river"):
+        RiverModel(tiny_llama, river=None, policy=ExitPolicy.at_layer(1))
+    with pytest.raises(TypeError):
+        RiverModel(tiny_llama, river=None, policy=0.9)
     with RiverModel(tiny_llama, river=None) as model:
-        model.policy = ExitPolicy.never()
         with pytest.raises(ValueError, match="no river"):
-            model.policy = ExitPolicy.at_layer(1)
-        with pytest.raises(TypeError):
-            model.policy = 0.9
+            model.generate([1, 2], max_tokens=1, policy=ExitPolicy.at_layer(1))
+        with pytest.raises(ValueError, match="no river"):
+            model.forward([1, 2], policy=ExitPolicy.at_layer(1))
+
+
+def test_a_models_defaults_are_read_only(tiny_llama):
+    with RiverModel(tiny_llama, river=None) as model:
+        for name, value in (("policy", ExitPolicy.never()), ("speculative", None), ("prefill", "exit")):
+            with pytest.raises(AttributeError):
+                setattr(model, name, value)
 
 
 def test_signal_is_part_of_the_policy():

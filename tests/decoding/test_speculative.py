@@ -41,13 +41,8 @@ def monkeypatch_module():
 
 def backbone_greedy(model: RiverModel, prompt, n: int) -> list[int]:
     """The backbone's own greedy tokens: no exit anywhere."""
-    policy = model.policy
-    model.policy = ExitPolicy.never()
-    try:
-        model.reset()
-        return model.generate(prompt, max_tokens=n).token_ids
-    finally:
-        model.policy = policy
+    model.reset()
+    return model.generate(prompt, max_tokens=n, policy=ExitPolicy.never(), speculative=False).token_ids
 
 
 def assert_backbone_tokens(model: RiverModel, prompt, expected: list[int], got: list[int]) -> None:
@@ -506,8 +501,13 @@ def test_invalid_options(options, message):
 
 def test_river_draft_needs_a_river(tiny_llama):
     with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river=None) as plain:
-        with pytest.raises(ValueError, match="river"):
-            plain.generate(PROMPT, max_tokens=4, speculative=True)
+        for draft in ("river", "river+ngram"):
+            with pytest.raises(ValueError, match="river"):
+                plain.generate(PROMPT, max_tokens=4, speculative=Speculative(draft=draft))
+        # speculative=True asks for the default draft of what the model has: n-gram matches
+        drafted = plain.generate(PROMPT, max_tokens=4, speculative=True)
+        assert drafted.speculative is not None
+        assert drafted.token_ids == plain.generate(PROMPT, max_tokens=4, speculative=False).token_ids
 
 
 def test_speculative_option_type(model):

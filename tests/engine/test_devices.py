@@ -234,9 +234,7 @@ def test_split_with_exits_and_speculation(demo_backbone, device, monkeypatch):
             assert ours.exit_layers == theirs.exit_layers
 
         # lossless River on the device: its tokens are the device's own backbone's
-        remote.policy = ExitPolicy.never()
-        expected = _greedy(remote, ids, N_DEMO_TOKENS)
-        remote.policy = options["policy"]
+        expected = _greedy(remote, ids, N_DEMO_TOKENS, policy=ExitPolicy.never())
         remote.reset()
         spec = Speculative(max_draft=4, adaptive=False)
         spec = remote.generate(ids, max_tokens=N_DEMO_TOKENS, temperature=0.0, speculative=spec)
@@ -302,10 +300,9 @@ def test_graph_reuse_past_256_positions_on_the_device(tiny_llama4, device):
     options = dict(river="q4_0", n_ctx=384, n_threads=1, n_gpu_layers=2, policy=ExitPolicy.uniform(0.9, min_layer=1))
     with (
         RiverModel(tiny_llama4, **options, **device.options) as reused,
-        RiverModel(tiny_llama4, **options, **device.options) as fresh,
+        RiverModel(tiny_llama4, **options, **device.options, reuse_graphs=False) as fresh,
     ):
         assert device.owns(reused.placement.kv_cache) and reused.placement.backbone_layers[2] == HOST
-        fresh.engine.reuse_graphs = False
         ids = [int(i) for i in np.random.default_rng(0).integers(0, reused.n_vocab, 262)]
         np.testing.assert_array_equal(reused.forward(ids[:252]), fresh.forward(ids[:252]))
         depths = set()

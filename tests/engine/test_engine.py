@@ -88,8 +88,7 @@ def test_reused_graphs_equal_fresh_ones_across_growing_n_kv(tiny_llama4, river, 
     options = dict(river=river, n_ctx=640, n_threads=1)
     if river:
         options["policy"] = ExitPolicy.uniform(0.9, min_layer=1)
-    with RiverModel(tiny_llama4, **options) as reused, RiverModel(tiny_llama4, **options) as fresh:
-        fresh.engine.reuse_graphs = False
+    with RiverModel(tiny_llama4, **options) as reused, RiverModel(tiny_llama4, **options, reuse_graphs=False) as fresh:
         rng = np.random.default_rng(0)
         ids = [int(i) for i in rng.integers(0, reused.n_vocab, 300)]
         prompt = ids[:20]
@@ -123,6 +122,35 @@ def test_host_matrices_are_repacked(demo_backbone, monkeypatch):
     with RiverModel(demo_backbone, river="q4_0", river_head="q4_0", n_ctx=64, progress=False) as model:
         # every river matrix and its head: 7 per layer + 1
         assert model.engine.repacked_tensors >= 7 * model.n_layer + 1
+
+
+def test_each_forward_runs_under_the_exit_config_it_is_given(tiny_llama4, river_cache):
+    """The engine holds no exit setting between forwards: each runs under the
+    ExitConfig it is handed, None the full backbone, whatever came before."""
+    from river_cpp.engine import _core
+
+    inf = float("inf")
+    with RiverModel(tiny_llama4, river="q4_0", n_ctx=64, n_threads=1) as model:
+        engine, n_layer = model.engine, model.n_layer
+        on_river = _core.ExitConfig([-inf] + [inf] * (n_layer - 1))
+        at_two = _core.ExitConfig([inf, inf, -inf] + [inf] * (n_layer - 3))
+        engine.forward(np.array([1, 2, 3], dtype=np.int32), False, on_river)
+        assert list(engine.last_exit_layers) == [0, 0, 0]
+        engine.forward(np.array([4], dtype=np.int32), True)
+        assert list(engine.last_exit_layers) == [n_layer]
+        engine.forward(np.array([5], dtype=np.int32), True, at_two)
+        assert list(engine.last_exit_layers) == [2]
+        engine.forward(np.array([6], dtype=np.int32), True, None)
+        assert list(engine.last_exit_layers) == [n_layer]
+        with pytest.raises(RiverError, match="one value per layer"):
+            engine.forward(np.array([7], dtype=np.int32), True, _core.ExitConfig([0.5] * (n_layer + 1)))
+        with pytest.raises(RiverError, match="exit_vocab"):
+            engine.forward(np.array([7], dtype=np.int32), True, _core.ExitConfig([-inf] * n_layer, exit_vocab=1 << 30))
+        assert engine.n_past == 6
+    with pytest.raises(RiverError, match="NaN"):
+        _core.ExitConfig([float("nan")])
+    with pytest.raises(RiverError, match="signal"):
+        _core.ExitConfig([1.0], "sine")
 
 
 def test_last_only_is_the_last_row(tiny_llama):

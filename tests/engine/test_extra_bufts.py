@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -111,6 +114,46 @@ def test_repack_passes_the_real_probe():
     verdict = eb.probe([eb.REPACK])[eb.REPACK]
     assert verdict.usable, verdict.reason
     assert "q4_0" in verdict.reason
+
+
+def test_children_never_import_from_their_working_folder(tmp_path):
+    """A child command (river_cpp._child, the probe's) puts neither its working folder
+    nor "" on its import path, and the folder this process's river_cpp came from first:
+    a `python -m` or `-c` child would put the working folder first, and import a
+    river_cpp/ source tree there."""
+    import river_cpp
+    from river_cpp._child import python_command
+
+    assert eb._child_command("X")[:3] == python_command("")[:3]
+    (tmp_path / "river_cpp").mkdir()
+    (tmp_path / "river_cpp" / "__init__.py").write_text("raise ImportError('the working folder was imported')")
+    code = "import json, sys, river_cpp; print(json.dumps([sys.path, river_cpp.__file__]))"
+    done = subprocess.run(python_command(code), cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    path, imported = json.loads(done.stdout)
+    assert str(tmp_path) not in path and "" not in path
+    assert path[0] == str(Path(river_cpp.__file__).resolve().parent.parent)
+    assert Path(imported).resolve() == Path(river_cpp.__file__).resolve()
+
+
+@needs_repack
+def test_the_probe_imports_this_package_not_the_working_folders(tmp_path, monkeypatch, river_cache, fresh_memory):
+    """Run from a folder holding a river_cpp/ source tree without its built _core (a
+    checkout next to a non-editable install), the probe's children import the package
+    this process runs, not that tree: CPU_REPACK is still reported used. (In an
+    editable install the import hook finds the checkout whatever the working folder:
+    there test_children_never_import_from_their_working_folder is the telling one.)"""
+    import river_cpp
+    from river_cpp.apps.info import system_info
+
+    sources = Path(river_cpp.__file__).parent
+    shutil.copytree(sources, tmp_path / "river_cpp", ignore=shutil.ignore_patterns("_core*", "__pycache__"))
+    assert not list((tmp_path / "river_cpp").rglob("_core*.so"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(eb.ENV, "auto")
+    buffer_types = system_info(reprobe=True)["extra_buffer_types"]
+    assert eb.REPACK in buffer_types["allowed"], buffer_types["verdicts"]
+    assert buffer_types["verdicts"][eb.REPACK]["usable"]
 
 
 @needs_repack

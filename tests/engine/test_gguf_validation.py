@@ -454,12 +454,10 @@ def test_nan_logits_name_the_river(tiny_llama, river_of_tiny_llama, tmp_path):
     bad = _poison(river_of_tiny_llama, "blk.1.ffn_down.weight", tmp_path / "nan-river.gguf", b"\x00\x7e")
     with RiverModel(tiny_llama, river=bad, policy=ExitPolicy.never(), prefill="exit", n_ctx=32) as model:
         model.forward([1, 2])
-        model.policy = ExitPolicy.at_layer(1)
         with pytest.raises(RiverError, match=f"non-finite logits .*the river weights \\({bad}, after 1 backbone"):
-            model.forward([3])
+            model.forward([3], policy=ExitPolicy.at_layer(1))
         assert model.n_past == 2
-        model.policy = ExitPolicy.never()
-        assert np.isfinite(model.forward([3])).all()
+        assert np.isfinite(model.forward([3], policy=ExitPolicy.never())).all()
 
 
 def test_file_changed_under_the_mapping(tiny_llama, tmp_path):

@@ -73,9 +73,8 @@ def test_static_split_real_models(fixture, k, request, tmp_path, monkeypatch):
         hybrid = write_hybrid_gguf(backbone, model.river_path, k, tmp_path / f"hybrid{k}.gguf")
         theirs = llama_run(hybrid, ids, 32)
         decode = theirs.decode_along(model, ours)
-        model.policy = ExitPolicy.never()
         model.reset()
-        route_gap = np.abs(model.forward(ids) - theirs.logits).max()
+        route_gap = np.abs(model.forward(ids, policy=ExitPolicy.never()) - theirs.logits).max()
     # llama.cpp's own batched and one-token evaluations of 4-bit weights differ by up
     # to ~0.8 in logits on the demo model (accumulation order); a wrong route or cache
     # differs by several units, as the backbone itself does (route_gap).
@@ -91,13 +90,11 @@ def test_mixed_exits_fill_cache_with_each_tokens_weights(tiny_llama4):
     prompt_depth, decode_depths = 2, [0, 3, 1, 4, 2, 0, 4, 1]
     with RiverModel(tiny_llama4, **PAPER_RIVER, n_ctx=64) as model:
         ids = model.tokenize(PROMPT)
-        model.policy = ExitPolicy.at_layer(prompt_depth)
-        model.forward(ids)
+        model.forward(ids, policy=ExitPolicy.at_layer(prompt_depth))
         exits = list(model.last_exit_layers)
         tokens = list(ids)
         for depth, token in zip(decode_depths, [7, 99, 512, 3, 77, 1000, 5, 64]):
-            model.policy = ExitPolicy.at_layer(depth)
-            model.forward([token])
+            model.forward([token], policy=ExitPolicy.at_layer(depth))
             exits.append(int(model.last_exit_layers[0]))
             tokens.append(token)
         assert exits == [prompt_depth] * len(ids) + decode_depths
@@ -144,8 +141,7 @@ def test_similarity_exits_replay_as_forced_route(demo_backbone, monkeypatch):
         model.reset()
         replay = []
         for depth, chunk in zip(exits, [ids] + [[t] for t in tokens]):
-            model.policy = ExitPolicy.at_layer(depth)
-            replay.append(model.forward(chunk, last_only=True)[0])
+            replay.append(model.forward(chunk, last_only=True, policy=ExitPolicy.at_layer(depth))[0])
         np.testing.assert_array_equal(np.stack(rows), np.stack(replay))
         for i, il in enumerate(range(0, model.n_layer, 7)):
             np.testing.assert_array_equal(cache[i][0], model.engine.read_kv(il, 0, model.n_past)[0])

@@ -79,11 +79,11 @@ def test_calibrated_policy_meets_its_target_on_the_calibration_set(tiny_llama4, 
         result = calibrate(model, tiny_work, target, min_layer=1, steps=4)
         assert {t.family for t in result.trials} == {UNIFORM, PER_LAYER}
         assert result.chosen.mean_exit == min(t.mean_exit for t in result.trials if target.met(t.report))
-        assert model.policy == result.chosen.policy
+        assert result.policy == result.chosen.policy
+        assert model.policy == ExitPolicy.never()  # the choice is returned, not left on the model
         # measured afresh, the chosen policy keeps the target
         reference, _ = reference_run(model, tiny_work)
-        model.policy = result.chosen.policy
-        positions, exits = forced_positions(model, tiny_work, reference)
+        positions, exits = forced_positions(model, tiny_work, reference, policy_for=lambda c: result.policy)
     assert target.met(QualityReport.from_positions(positions))
     assert exits.mean() == pytest.approx(result.chosen.mean_exit)
 

@@ -107,15 +107,11 @@ def test_forced_positions_take_the_depth_each_step_is_given(tiny_llama4):
     with RiverModel(tiny_llama4, n_ctx=work.n_ctx) as model:
         reference, _ = reference_run(model, work)
 
-        def step_for(c: int):
-            def step(i: int) -> None:
-                model.policy = ExitPolicy.never() if i == 0 else ExitPolicy.at_layer(int(depths[c, i - 1]))
+        def policy_for(c: int):
+            return lambda i: ExitPolicy.never() if i == 0 else ExitPolicy.at_layer(int(depths[c, i - 1]))
 
-            return step
-
-        positions, exits = forced_positions(model, work, reference, step_for=step_for)
-        model.policy = ExitPolicy.never()
-        same, never_exits = forced_positions(model, work, reference)
+        positions, exits = forced_positions(model, work, reference, policy_for=policy_for)
+        same, never_exits = forced_positions(model, work, reference, policy_for=lambda c: ExitPolicy.never())
     assert list(exits) == list(depths.ravel())
     assert positions.kl.shape == (12,) and (positions.kl[exits < 4] > 0).all()
     assert (same.kl == 0).all() and (never_exits == 4).all()

@@ -128,7 +128,7 @@ def test_teacher_forced_backbone_against_itself(tiny_llama4, river_cache):
 
 
 @pytest.mark.slow
-def test_greedy_tokens_before_step_sets_each_steps_policy(tiny_llama4, river_cache):
+def test_greedy_tokens_take_each_steps_policy(tiny_llama4, river_cache):
     with RiverModel(tiny_llama4, **PAPER_RIVER, policy=ExitPolicy.never(), n_ctx=64) as model:
         prompt = model.tokenize("Hello there")
         seen, exits = [], []
@@ -137,16 +137,18 @@ def test_greedy_tokens_before_step_sets_each_steps_policy(tiny_llama4, river_cac
             if seen:
                 exits.append(int(model.last_exit_layers[-1]))
             seen.append(i)
-            model.policy = ExitPolicy.at_layer(i % 3)
 
-        tokens = greedy_tokens(model, prompt, 5, before_step=step)
+        def depth(i: int) -> ExitPolicy:
+            return ExitPolicy.at_layer(i % 3)
+
+        tokens = greedy_tokens(model, prompt, 5, before_step=step, policy=depth)
         exits.append(int(model.last_exit_layers[-1]))
         assert seen == [0, 1, 2, 3, 4] and exits == [0, 1, 2, 0, 1]
         # the same per-step depths in a teacher-forced run give the same choices
-        forced = teacher_forced(
-            model, prompt, tokens, before_step=lambda i: setattr(model, "policy", ExitPolicy.at_layer(i % 3))
-        )
+        forced = teacher_forced(model, prompt, tokens, policy=depth)
         assert list(forced.logits.argmax(-1)) == tokens
+        assert list(forced.exit_layers) == [0, 1, 2, 0, 1]
+        assert model.policy == ExitPolicy.never()  # the model's own default is untouched
 
 
 def test_exit_stats():

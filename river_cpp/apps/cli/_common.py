@@ -1,11 +1,36 @@
-"""Helpers several subcommands share: the model to load (a path, -hf, or the demo
-model), list options, layer counts, the lossless-River options."""
+"""Helpers several subcommands share: the common options (add_common_arguments), the
+model to load (a path, -hf, or the demo model), list options, layer counts, the
+lossless-River options and how they decode (decoding)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from typing import Optional, Sequence
+
+
+def add_common_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    model: Optional[str] = "backbone GGUF file",
+    threads: bool = True,
+    tokens: Optional[int] = None,
+    tokens_help: str = "",
+    prompts: Optional[int] = None,
+    prompts_help: str = "",
+) -> None:
+    """The options most subcommands share, declared once with one default each:
+    --model/-m (`model` names the file it wants; None: no such option; not given:
+    the demo model), --threads/-t (not given: all cores, as RiverModel decides),
+    --tokens N and --prompts N (where a default is given, with what they count)."""
+    if model is not None:
+        p.add_argument("--model", "-m", metavar="PATH", help=f"{model} (default: the demo model, F16)")
+    if threads:
+        p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
+    if tokens is not None:
+        p.add_argument("--tokens", type=int, default=tokens, metavar="N", help=f"{tokens_help} ({tokens})")
+    if prompts is not None:
+        p.add_argument("--prompts", type=int, default=prompts, metavar="N", help=f"{prompts_help} ({prompts})")
 
 
 def add_hf_argument(p: argparse.ArgumentParser) -> None:
@@ -115,8 +140,9 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         "--draft",
         choices=[*DRAFTS, "none"],
         default=None,
-        help="what drafts: n-gram matches from the context and the river, each round the one that "
-        "pays (river+ngram, the default), one of them, or none (plain decoding of the backbone)",
+        help="what drafts, when the decode drafts (the lossless preset, --speculative): n-gram matches "
+        "from the context and the river, each round the one that pays (river+ngram, the default; ngram "
+        "without a river), one of them; or none: plain decoding",
     )
     group.add_argument(
         "--draft-max",
@@ -152,32 +178,72 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def speculative(args: argparse.Namespace, *, policy=None, has_river: bool = True):
-    """The river_cpp.Speculative that the options ask for, or False (plain decoding).
+def draft_settings(args: argparse.Namespace):
+    """The river_cpp.Speculative settings of --draft-max, --draft-p-min, --draft-vocab
+    and the n-gram sizes (its draft is chosen by the decision)."""
+    from river_cpp.decoding.speculative import Speculative
 
-    The lossless preset drafts unless a lossy exit option (`policy`) is given;
-    --speculative drafts whatever the preset (with River's exits when `policy` is
-    given); --draft none never drafts. Without a river the default draft is n-gram
-    matches alone.
-    """
-    from river_cpp.decoding.presets import preset
-    from river_cpp.decoding.speculative import DEFAULT_DRAFT, Speculative
-
-    chosen = getattr(args, "preset", None)
-    wanted = args.speculative or (chosen is not None and preset(chosen).speculative and policy is None)
-    if not wanted or args.draft == "none":
-        return False
-    if args.draft is not None:
-        draft = args.draft
-    elif policy is not None:
-        draft = policy
-    else:
-        draft = DEFAULT_DRAFT if has_river else "ngram"
     return Speculative(
-        draft=draft,
         max_draft=args.draft_max,
         p_min=args.draft_p_min,
         draft_vocab=args.draft_vocab or None,
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
     )
+
+
+def decoding(args: argparse.Namespace, *, n_layer: int, has_river: bool, kind: str = "generate", sampling=None):
+    """How the command line decodes on a model of n_layer layers with (or without) a
+    river: river_cpp.decoding.decision.decide over --preset's defaults, with the lossy
+    exit options (--tau, --exit-layer, --policy), --speculative and --draft (none:
+    plain decoding). `sampling` replaces the entry kind's defaults.
+
+    The lossless preset drafts unless a lossy exit option is given; --speculative
+    drafts whatever the preset (with River's exits when an exit option is given);
+    --draft names the draft of a decode that drafts (an error for one that does not).
+    """
+    from river_cpp.decoding.decision import decide, preset_decoding
+    from river_cpp.decoding.policy import ExitPolicy, exit_policy
+    from river_cpp.decoding.presets import preset
+
+    chosen = preset(args.preset)
+    template = draft_settings(args)
+    defaults = preset_decoding(chosen, has_river=has_river, kind=kind, template=template, sampling=sampling)
+    lossy = exit_policy(
+        tau=args.tau,
+        exit_layer=args.exit_layer,
+        policy=ExitPolicy.load(args.policy) if args.policy is not None else None,
+        min_layer=chosen.min_layer if args.min_layer is None else args.min_layer,
+    )
+    if args.draft == "none":
+        speculative = False
+    else:
+        speculative = True if args.speculative else None
+    return decide(
+        defaults,
+        n_layer=n_layer,
+        has_river=has_river,
+        policy=lossy,
+        speculative=speculative,
+        draft=args.draft if args.draft != "none" else None,
+        template=template,
+    )
+
+
+def measured_draft(args: argparse.Namespace, *, n_layer: int):
+    """The draft of --speculative in the measuring subcommands (eval, humaneval), whose
+    River rows then decode losslessly on a model with its river; None without it.
+    Resolved as every decode is (river_cpp.decoding.decision.decide)."""
+    from river_cpp.decoding.decision import Decoding, decide
+    from river_cpp.decoding.policy import ExitPolicy
+    from river_cpp.decoding.sampling import SamplingParams
+
+    plain = Decoding(ExitPolicy.never(), None, SamplingParams())
+    return decide(
+        plain,
+        n_layer=n_layer,
+        has_river=True,
+        speculative=False if args.draft == "none" else (True if args.speculative else None),
+        draft=args.draft if args.draft != "none" else None,
+        template=draft_settings(args),
+    ).speculative

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.apps.cli._common import add_paper_river_arguments, add_signal_taus_argument, choices, model_path, n_layer
+from river_cpp.apps.cli._common import (
+    add_common_arguments,
+    add_paper_river_arguments,
+    add_signal_taus_argument,
+    choices,
+    model_path,
+    n_layer,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "and llama.cpp on the backbone and its quantizations, interleaved in one process; "
         "peak resident memory of each in a fresh process. The table goes to stdout.",
     )
-    p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
+    add_common_arguments(p)
     p.add_argument(
         "--tau",
         type=float,
@@ -47,7 +54,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-prompt", "-p", type=int, default=512, metavar="N", help="prompt tokens of the pp test (512)")
     p.add_argument("--n-gen", "-n", type=int, default=128, metavar="N", help="decoded tokens of the tg test (128)")
     p.add_argument("--repetitions", "-r", type=int, default=5, metavar="N", help="timed repetitions (5)")
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads, ours and llama.cpp's (default: all)")
     p.add_argument(
         "--n-gpu-layers",
         "-ngl",

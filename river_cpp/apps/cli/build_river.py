@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from river_cpp.apps.cli._common import add_common_arguments
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE
 
 
@@ -13,7 +14,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL", help="backbone GGUF file")
     p.add_argument("--type", default=DEFAULT_RIVER_TYPE, help=f"river type (default {DEFAULT_RIVER_TYPE})")
     p.add_argument("--output", "-o", metavar="PATH", help="where to write it (default: the river cache)")
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
+    add_common_arguments(p, model=None)
     p.set_defaults(run=run)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from river_cpp.apps.cli._common import add_paper_river_arguments, model_path
+from river_cpp.apps.cli._common import add_common_arguments, add_paper_river_arguments, model_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +16,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "depth's signal) that meet the target at the least mean exit depth; save the better one as a "
         "policy file for `generate --policy`, and report its quality on the other half.",
     )
-    p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
+    add_common_arguments(
+        p, tokens=1024, tokens_help="decode positions of the calibration half, and of the held-out half"
+    )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument(
         "--target-top1",
@@ -29,15 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_paper_river_arguments(p)
     p.add_argument("--signal", default="cosine", choices=["cosine", "update_norm"], help="exit signal (cosine)")
     p.add_argument("--corpus", nargs="+", metavar="FILE", help="text files (default: as for eval)")
-    p.add_argument(
-        "--tokens",
-        type=int,
-        default=1024,
-        metavar="N",
-        help="decode positions of the calibration half, and of the held-out half (1024)",
-    )
     p.add_argument("--steps", type=int, default=6, metavar="N", help="bisection steps per family (6)")
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.set_defaults(run=run)
 
 

@@ -8,8 +8,8 @@ from river_cpp.apps.cli.generate import (
     add_model_arguments,
     add_sampling_arguments,
     add_speculative_arguments,
+    cli_decoding,
     open_model,
-    sampling,
 )
 
 
@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-tokens", "-n", type=int, default=512, metavar="N", help="most tokens per answer (default 512)"
     )
-    add_sampling_arguments(p, temperature=0.7)
+    add_sampling_arguments(p, kind="repl")
     add_model_arguments(p)
     add_speculative_arguments(p)
     p.set_defaults(run=run)
@@ -33,14 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from river_cpp.apps.chat import ChatSession, repl
+    from river_cpp.decoding.presets import preset
 
     if args.max_tokens <= 0:
         raise ValueError(f"--max-tokens must be positive, got {args.max_tokens}")
-    with open_model(args) as model:
-        session = ChatSession(
-            model,
-            system=args.system,
-            max_tokens=args.max_tokens,
-            sampling=sampling(args),
-        )
-        return repl(session, min_layer=args.min_layer)
+    chosen = cli_decoding(args, kind="repl")
+    with open_model(args, chosen) as model:
+        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, sampling=chosen.sampling)
+        min_layer = preset(args.preset).min_layer if args.min_layer is None else args.min_layer
+        return repl(session, min_layer=min_layer)

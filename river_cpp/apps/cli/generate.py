@@ -6,8 +6,15 @@ import argparse
 import sys
 from typing import Optional, Union
 
-from river_cpp.apps.cli._common import add_hf_argument, add_speculative_arguments, model_path, speculative
-from river_cpp.decoding.policy import ExitPolicy, exit_policy
+from river_cpp.apps.cli._common import (
+    add_common_arguments,
+    add_hf_argument,
+    add_speculative_arguments,
+    decoding,
+    model_path,
+    n_layer,
+)
+from river_cpp.decoding.decision import Decoding, sampling_defaults
 from river_cpp.decoding.presets import DEFAULT, PRESETS, Preset, preset
 from river_cpp.decoding.sampling import SamplingParams
 
@@ -16,10 +23,10 @@ __all__ = [
     "add_parser",
     "add_sampling_arguments",
     "add_speculative_arguments",
+    "cli_decoding",
     "open_model",
     "run",
     "sampling",
-    "speculative",
 ]
 
 
@@ -41,13 +48,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def add_sampling_arguments(p: argparse.ArgumentParser, *, temperature: float = 0.0) -> None:
-    """--temperature, --top-k, --top-p, --min-p, --repeat-penalty, --seed (generate, chat)."""
-    p.add_argument("--temperature", type=float, default=temperature, help=f"0 is greedy (default {temperature:g})")
-    p.add_argument("--top-k", type=int, default=40, help="0 disables (default 40)")
-    p.add_argument("--top-p", type=float, default=0.95, help="1 disables (default 0.95)")
-    p.add_argument("--min-p", type=float, default=0.05, help="0 disables (default 0.05)")
-    p.add_argument("--repeat-penalty", type=float, default=1.0, help="1 disables (default 1)")
+def add_sampling_arguments(p: argparse.ArgumentParser, *, kind: str = "generate") -> None:
+    """--temperature, --top-k, --top-p, --min-p, --repeat-penalty, --seed (generate, chat),
+    defaulting to the entry kind's (river_cpp.decoding.decision.SAMPLING_DEFAULTS)."""
+    d = sampling_defaults(kind)
+    p.add_argument("--temperature", type=float, default=d.temperature, help=f"0 is greedy (default {d.temperature:g})")
+    p.add_argument("--top-k", type=int, default=d.top_k, help=f"0 disables (default {d.top_k})")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"1 disables (default {d.top_p:g})")
+    p.add_argument("--min-p", type=float, default=d.min_p, help=f"0 disables (default {d.min_p:g})")
+    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty, help="1 disables (default 1)")
     p.add_argument("--seed", type=int, help="seed for sampling (default: random)")
 
 
@@ -66,9 +75,8 @@ def sampling(args: argparse.Namespace) -> SamplingParams:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """--model, --threads, --n-ctx and the river options (generate, chat, serve)."""
-    p.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: the demo model, F16)")
+    add_common_arguments(p, model="GGUF file")
     add_hf_argument(p)
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
     p.add_argument("--verbose", "-v", action="store_true", help="print where each layer lives and the engine's log")
     devices = p.add_argument_group("devices")
@@ -138,40 +146,44 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def open_model(args: argparse.Namespace, **options):
-    """The RiverModel that add_model_arguments' options (and --seed, --speculative) ask for."""
+def _river(args: argparse.Namespace) -> Optional[str]:
+    """--river's value, else the preset's (None: "none", the backbone alone)."""
+    river = args.river if args.river is not None else preset(args.preset).river
+    return None if river.lower() == "none" else river
+
+
+def cli_decoding(args: argparse.Namespace, *, kind: str = "generate") -> Decoding:
+    """How the command decodes (river_cpp.apps.cli._common.decoding) on the model the
+    options name, whose layer count is read from its GGUF header; -hf is resolved
+    (downloaded unless cached) and args.model set to the file, for open_model."""
+    args.model, args.hf_repo = model_path(args.model, args.hf_repo), None
+    sampled = sampling(args) if hasattr(args, "temperature") else None
+    return decoding(args, n_layer=n_layer(args.model), has_river=_river(args) is not None, kind=kind, sampling=sampled)
+
+
+def open_model(args: argparse.Namespace, chosen: Decoding, **options):
+    """The RiverModel that add_model_arguments' options (and --seed) ask for, decoding
+    by default as `chosen` (cli_decoding's) says."""
     from river_cpp import RiverModel
 
-    chosen = preset(args.preset)
-    river = args.river if args.river is not None else chosen.river
-    river = None if river.lower() == "none" else river
-    lossy = _lossy_policy(args, chosen)
+    the_preset = preset(args.preset)
+    river = _river(args)
     return RiverModel(
         model_path(args.model, args.hf_repo),
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         seed=getattr(args, "seed", None),
         river=river,
-        policy=lossy or (chosen.policy if river is not None else None),
-        speculative=speculative(args, policy=lossy, has_river=river is not None),
-        prefill=args.prefill or chosen.prefill,
+        policy=chosen.policy,
+        speculative=chosen.speculative or False,
+        prefill=args.prefill or the_preset.prefill,
         tail_layers=args.tail_layers,
-        river_head=_river_head(args.river_head, chosen, river),
+        river_head=_river_head(args.river_head, the_preset, river),
         verbose=args.verbose,
         n_gpu_layers=args.n_gpu_layers,
         main_gpu=args.main_gpu,
         rpc_servers=[s.strip() for s in args.rpc.split(",")] if args.rpc else [],
         **options,
-    )
-
-
-def _lossy_policy(args: argparse.Namespace, chosen: Preset) -> Optional[ExitPolicy]:
-    """The exit policy of --tau, --exit-layer or --policy (None when none is given)."""
-    return exit_policy(
-        tau=args.tau,
-        exit_layer=args.exit_layer,
-        policy=ExitPolicy.load(args.policy) if args.policy is not None else None,
-        min_layer=chosen.min_layer if args.min_layer is None else args.min_layer,
     )
 
 
@@ -186,12 +198,12 @@ def _river_head(value: Optional[str], chosen: Preset, river: Optional[str]) -> U
 
 
 def run(args: argparse.Namespace) -> int:
-    params = sampling(args)
-    with open_model(args) as model:
+    chosen = cli_decoding(args)
+    with open_model(args, chosen) as model:
         prompt = args.prompt
         if args.chat:
             prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-        stream = model.generate(prompt, max_tokens=args.max_tokens, sampling=params, stream=True)
+        stream = model.generate(prompt, max_tokens=args.max_tokens, decoding=chosen, stream=True)
         if args.show_exits:
             from river_cpp.apps.exit_display import ExitPainter
 

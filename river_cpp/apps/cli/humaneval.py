@@ -6,12 +6,14 @@ import argparse
 import sys
 
 from river_cpp.apps.cli._common import (
+    add_common_arguments,
     add_paper_river_arguments,
     add_speculative_arguments,
     check_output_folder,
     choices,
+    measured_draft,
     model_path,
-    speculative,
+    n_layer,
 )
 
 
@@ -24,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(always), River at each tau and each policy file, and llama.cpp peers. A markdown table goes "
         "to stdout.",
     )
-    p.add_argument("--model", "-m", metavar="PATH", help="backbone GGUF file (default: the demo model, F16)")
+    add_common_arguments(p)
     p.add_argument(
         "--tau",
         type=float,
@@ -52,7 +54,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--problems", type=int, default=40, metavar="N", help="evenly spaced problems of 164 (40)")
     p.add_argument("--max-tokens", type=int, default=384, metavar="N", help="most tokens per completion (384)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per program run (10)")
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads, ours and llama.cpp's (default: all)")
     p.add_argument(
         "--json",
         metavar="OUT",
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"river-cpp: error: {error}", file=sys.stderr)
         return 1
     path = Path(model_path(args.model))
-    lossless = speculative(args) or None
+    lossless = measured_draft(args, n_layer=n_layer(path))
     if lossless is not None:
         if args.tau is not None or args.policy:
             print(

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from river_cpp._net import is_loopback
+from river_cpp.apps.cli._common import add_common_arguments
 
 DEFAULT_PORT = 50052
 
@@ -21,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("rpc-server", help="serve this machine's CPU to other machines' models (ggml RPC)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", "-p", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
+    add_common_arguments(p, model=None)
     p.add_argument(
         "--allow-remote", action="store_true", help="allow binding a non-loopback address (read the warning it prints)"
     )

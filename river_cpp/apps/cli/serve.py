@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from river_cpp.apps.cli._common import model_path
-from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, open_model, speculative
+from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, cli_decoding, open_model
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
 
@@ -44,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--insecure", action="store_true", help="allow binding a non-loopback address without --api-key")
     add_model_arguments(p)
-    add_speculative_arguments(p)  # the default of requests whose river field does not say
+    add_speculative_arguments(p)  # with the model options: how a request whose river field does not say decodes
     p.set_defaults(run=run)
 
 
@@ -61,12 +60,11 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=args.allowed_host,
         cors_origins=args.cors_origin,
         insecure=args.insecure,
-        speculative=speculative(args) or None,
         **{name: value for name, value in limits.items() if value is not None},
     )
     config.check()  # before loading anything
-    path = model_path(args.model, args.hf_repo)
-    model_id = args.alias or os.path.basename(path)
-    args.model, args.hf_repo = path, None  # open_model loads the file -hf resolved to
-    serve(lambda: open_model(args), config, model_id)
+    # The served model's defaults: what a request whose `river` field does not say decodes with.
+    chosen = cli_decoding(args)  # resolves -hf into args.model
+    model_id = args.alias or os.path.basename(args.model)
+    serve(lambda: open_model(args, chosen), config, model_id)
     return 0

@@ -210,7 +210,9 @@ class Server:
             if not self.worker.ready.is_set():
                 raise busy("the model is loading")
             model = self.worker.model
-            parsed = parse_request(body, chat=chat, n_layer=model.n_layer, default_speculative=self.config.speculative)
+            parsed = parse_request(
+                body, chat=chat, n_layer=model.n_layer, has_river=model.has_river, defaults=model.decoding()
+            )
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
             await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)

@@ -7,7 +7,7 @@ loads a model, and so that tests can check one without starlette.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from river_cpp._net import is_loopback
 
@@ -25,7 +25,8 @@ class ServerConfig:
         ("*": any). cors_origins: browser origins allowed (None: localhost pages only).
     api_key: required as "Authorization: Bearer KEY" on every route but /health.
     insecure: allow binding a non-loopback address without an API key.
-    speculative: lossless River for every request that does not set river.speculative.
+    How a request decodes when its `river` field does not say is the served model's
+    default (RiverModel's policy and speculative, as `river-cpp serve` resolved them).
     """
 
     host: str = "127.0.0.1"
@@ -37,7 +38,6 @@ class ServerConfig:
     cors_origins: Optional[Sequence[str]] = None
     insecure: bool = False
     keepalive_seconds: float = 10.0
-    speculative: Any = None  # a Speculative for requests whose river field does not say
 
     def check(self) -> None:
         """ValueError for a configuration that must not run."""

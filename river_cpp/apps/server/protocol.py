@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from river_cpp.apps.completions import chat_prompt
-from river_cpp.decoding.policy import exit_policy
+from river_cpp.decoding.decision import Decoding, decide, sampling_defaults
+from river_cpp.decoding.policy import ExitPolicy, exit_policy
+from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.engine.context import ContextOverflowError, check_fits
 
@@ -146,11 +148,12 @@ def _stop(body: Mapping[str, Any]) -> Optional[list[str]]:
     return stops
 
 
-def _river_options(body: Mapping[str, Any], n_layer: int, default_speculative: Any = None) -> dict[str, Any]:
-    """The `river` extension field as completions options (policy, speculative)."""
+def _river_field(body: Mapping[str, Any], n_layer: int) -> tuple[Optional[ExitPolicy], Optional[bool]]:
+    """The `river` extension field's exit policy and speculative flag (None where it
+    does not say), checked; river_cpp.decoding.decision resolves them."""
     river = body.get("river")
     if river is None:
-        return {"speculative": default_speculative} if default_speculative is not None else {}
+        return None, None
     if not isinstance(river, dict):
         raise APIError(400, "river must be an object", param="river")
     unknown = set(river) - set(RIVER_OPTIONS)
@@ -163,25 +166,14 @@ def _river_options(body: Mapping[str, Any], n_layer: int, default_speculative: A
             tau=_number(river, "tau", None, -1.0, 1.0),
             exit_layer=_integer(river, "exit_layer", None, 0, n_layer),
             policy=river.get("policy"),
-            min_layer=_integer(river, "min_layer", 2, 0, n_layer),
+            min_layer=_integer(river, "min_layer", DEFAULT.min_layer, 0, n_layer),
         )
     except ValueError as error:
         raise APIError(400, f"river: {error}", param="river") from None
-    options: dict[str, Any] = {"policy": policy}
     speculative = river.get("speculative")
-    if speculative is None and default_speculative is not None:
-        options["speculative"] = default_speculative
-    if speculative is not None:
-        if not isinstance(speculative, bool):
-            raise APIError(400, "river.speculative must be a boolean", param="river")
-        options["speculative"] = False  # plain decoding, whatever the server's default
-        if speculative:
-            from river_cpp.decoding.speculative import Speculative
-
-            # With an exit policy too, River's own exits draft.
-            options["speculative"] = Speculative(draft=policy) if policy is not None else Speculative()
-            options["policy"] = None
-    return options
+    if speculative is not None and not isinstance(speculative, bool):
+        raise APIError(400, "river.speculative must be a boolean", param="river")
+    return policy, speculative
 
 
 def _unsupported(body: Mapping[str, Any]) -> None:
@@ -203,7 +195,7 @@ def _unsupported(body: Mapping[str, Any]) -> None:
 
 def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
     """max_tokens and the SamplingParams of a request, shared by both endpoints
-    (llama-server's defaults)."""
+    (the endpoint's defaults: river_cpp.decoding.decision.SAMPLING_DEFAULTS)."""
     max_tokens = _integer(
         body,
         "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
@@ -212,12 +204,13 @@ def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
         1 << 30,
     )
     seed = _integer(body, "seed", None, -(1 << 63), (1 << 64) - 1)
+    default = sampling_defaults("chat" if chat else "completion")  # RiverModel.create_*completion's
     sampling = SamplingParams(
-        temperature=_number(body, "temperature", 0.8, 0.0, 2.0),
-        top_p=_number(body, "top_p", 0.95, 0.0, 1.0),
-        top_k=_integer(body, "top_k", 40, 0, 1 << 30),
-        min_p=_number(body, "min_p", 0.05, 0.0, 1.0),
-        repeat_penalty=_number(body, "repeat_penalty", 1.0, 0.0, 10.0, low_open=True),
+        temperature=_number(body, "temperature", default.temperature, 0.0, 2.0),
+        top_p=_number(body, "top_p", default.top_p, 0.0, 1.0),
+        top_k=_integer(body, "top_k", default.top_k, 0, 1 << 30),
+        min_p=_number(body, "min_p", default.min_p, 0.0, 1.0),
+        repeat_penalty=_number(body, "repeat_penalty", default.repeat_penalty, 0.0, 10.0, low_open=True),
         seed=None if seed is None else seed % (1 << 64),
         stop=tuple(_stop(body) or ()),
     )
@@ -267,9 +260,14 @@ class ParsedRequest:
 
 
 def parse_request(
-    body: Mapping[str, Any], *, chat: bool, n_layer: int, default_speculative: Any = None
+    body: Mapping[str, Any], *, chat: bool, n_layer: int, has_river: bool, defaults: Decoding
 ) -> ParsedRequest:
     """Check every field of a completions or chat completions body; APIError otherwise.
+
+    The request's decoding (options["decoding"]) is resolved by
+    river_cpp.decoding.decision over `defaults` (the served model's: what a request
+    whose `river` field does not say decodes with) on a model of n_layer layers with
+    or without a river.
 
     `model` may name anything: the server has one model and serves it whatever the
     request calls it (llama.cpp's server and llama-cpp-python's do the same), so a
@@ -280,7 +278,18 @@ def parse_request(
         raise APIError(400, "model must be a string", param="model")
     _unsupported(body)
     options = _sampling(body, chat=chat)
-    options.update(_river_options(body, n_layer, default_speculative))
+    policy, speculative = _river_field(body, n_layer)
+    try:
+        options["decoding"] = decide(
+            defaults,
+            n_layer=n_layer,
+            has_river=has_river,
+            policy=policy,
+            speculative=speculative,
+            sampling=options.pop("sampling"),
+        )
+    except (TypeError, ValueError) as error:
+        raise APIError(400, f"river: {error}", param="river") from None
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:

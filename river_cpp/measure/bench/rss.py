@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from river_cpp._child import python_command
 from river_cpp.measure.bench.runners import Target, Work, open_runner
 
 
@@ -28,11 +29,7 @@ class _Probe:
 def probe_peak_rss(target: Target, *, n_ctx: int, n_threads: int, work: Work) -> tuple[int, int]:
     """(RSS high-water mark before loading, after running each test once) of a fresh
     Python process that holds this configuration alone."""
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from river_cpp.measure.bench.rss import _probe_main; sys.exit(_probe_main())",
-    ]
+    command = python_command("from river_cpp.measure.bench.rss import _probe_main; sys.exit(_probe_main())")
     done = subprocess.run(command, input=pickle.dumps(_Probe(target, n_ctx, n_threads, work)), capture_output=True)
     lines = done.stdout.decode(errors="replace").splitlines()
     if done.returncode != 0 or not lines:

@@ -192,9 +192,9 @@ def test_generate_speculative_options(tiny_llama4, capsys):
 def test_draft_vocab_option(given, expected):
     import argparse
 
-    from river_cpp.apps.cli._common import add_speculative_arguments, speculative
+    from river_cpp.apps.cli._common import add_speculative_arguments, measured_draft
 
     parser = argparse.ArgumentParser()
     add_speculative_arguments(parser)
-    spec = speculative(parser.parse_args(["--speculative", *given]))
+    spec = measured_draft(parser.parse_args(["--speculative", *given]), n_layer=4)
     assert spec.draft_vocab == expected

@@ -23,6 +23,8 @@ openai = pytest.importorskip("openai")
 
 from river_cpp import RiverModel  # noqa: E402
 from river_cpp.apps.server import ServerConfig, build, make_server  # noqa: E402
+from river_cpp.decoding.policy import ExitPolicy  # noqa: E402
+from river_cpp.decoding.speculative import Speculative  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -89,6 +91,55 @@ def request(
     except ValueError:
         parsed = text
     return response.status, {k.lower(): v for k, v in response.getheaders()}, parsed
+
+
+# ---------------------------------------------------------------- `river-cpp serve`'s defaults
+
+
+def served_by_the_command(monkeypatch, argv: list) -> Any:
+    """What `river-cpp serve ARGV` would serve: its model loader (uvicorn is not started)."""
+    import river_cpp.apps.server as server_package
+    from river_cpp.apps.cli import main
+
+    captured = {}
+    monkeypatch.setattr(server_package, "serve", lambda load, config, model_id: captured.update(load=load))
+    assert main(["serve", *argv, "--n-ctx", str(N_CTX), "-t", "1"]) == 0
+    return captured["load"]
+
+
+def test_serve_tau_serves_lossy_tau_output(tiny_llama4, river_cache, monkeypatch):
+    """A request without a `river` field decodes as `serve --tau` asked: plainly, with
+    River's exits (tau -1: every decoded token leaves at the first check), not drafted."""
+    load = served_by_the_command(monkeypatch, ["--model", str(tiny_llama4), "--tau", "-1", "--min-layer", "1"])
+    with live_server(load) as live:
+        assert live.worker.ready.wait(30)
+        body = {"prompt": "The quick brown fox", "max_tokens": 5, "temperature": 0}
+        status, _, answer = request(live.port, "POST", "/v1/completions", body)
+        model = live.worker.model
+        assert status == 200, answer
+        river = answer["usage"]["river"]
+        assert "speculative" not in river  # not drafted and verified: lossy
+        assert river["exit_histogram"][1] == answer["usage"]["completion_tokens"] - 1  # the first comes from the prompt
+        lossy = model.create_completion(
+            "The quick brown fox", max_tokens=5, temperature=0, policy=ExitPolicy.uniform(-1.0, min_layer=1)
+        )
+        assert answer["choices"][0]["text"] == lossy["choices"][0]["text"]
+
+
+def test_serve_without_a_river_serves_ngram_drafts(tiny_llama4, river_cache, monkeypatch):
+    """`serve --river none`: requests without a `river` field are drafted by n-gram
+    matches (the default draft without a river) and answer the backbone's tokens."""
+    load = served_by_the_command(monkeypatch, ["--model", str(tiny_llama4), "--river", "none"])
+    with live_server(load) as live:
+        assert live.worker.ready.wait(30)
+        body = {"prompt": "one two three one two three one two", "max_tokens": 6, "temperature": 0}
+        status, _, answer = request(live.port, "POST", "/v1/completions", body)
+        model = live.worker.model
+        assert status == 200, answer
+        assert model.speculative == Speculative(draft="ngram")
+        assert answer["usage"]["river"]["speculative"]["rounds"] > 0
+        plain = model.create_completion(body["prompt"], max_tokens=6, temperature=0, speculative=False)
+        assert answer["choices"][0]["text"] == plain["choices"][0]["text"]
 
 
 # ---------------------------------------------------------------- the openai client

@@ -16,7 +16,9 @@ from river_cpp.apps.server.protocol import (
     parse_request,
     prompt_tokens,
 )
+from river_cpp.decoding.decision import SAMPLING_DEFAULTS, Decoding, preset_decoding
 from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
 from river_cpp.engine.context import ContextOverflowError
 
@@ -25,12 +27,17 @@ pytestmark = pytest.mark.server
 N_LAYER = 4
 
 
-def completion(**fields):
-    return parse_request({"prompt": "x", **fields}, chat=False, n_layer=N_LAYER)
+# A served model's defaults: the library's, on a model with a river.
+DEFAULTS = preset_decoding(has_river=True)
+
+
+def completion(defaults: Decoding = DEFAULTS, has_river: bool = True, **fields):
+    return parse_request({"prompt": "x", **fields}, chat=False, n_layer=N_LAYER, has_river=has_river, defaults=defaults)
 
 
 def chat(**fields):
-    return parse_request({"messages": [{"role": "user", "content": "hi"}], **fields}, chat=True, n_layer=N_LAYER)
+    body = {"messages": [{"role": "user", "content": "hi"}], **fields}
+    return parse_request(body, chat=True, n_layer=N_LAYER, has_river=True, defaults=DEFAULTS)
 
 
 # ---------------------------------------------------------------- the body
@@ -47,7 +54,7 @@ def test_parse_json_takes_objects_only():
 def test_a_number_too_large_for_a_float_is_not_finite():
     body = parse_json(b'{"prompt": "x", "top_p": 1e999}')  # JSON, but parses as inf
     with pytest.raises(APIError) as caught:
-        parse_request(body, chat=False, n_layer=N_LAYER)
+        parse_request(body, chat=False, n_layer=N_LAYER, has_river=True, defaults=DEFAULTS)
     assert caught.value.param == "top_p" and "finite" in caught.value.message
 
 
@@ -121,7 +128,7 @@ def test_valid_fields_reach_the_options():
     )
     assert not parsed.chat and parsed.prompt == "x" and not parsed.stream
     options = parsed.options
-    sampling = options["sampling"]
+    sampling = options["decoding"].sampling
     assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p) == (0.0, 0.5, 3, 0.1)
     assert sampling.repeat_penalty == 1.1 and options["max_tokens"] == 7 and sampling.stop == ("\n",)
     assert sampling.seed == (1 << 64) - 1  # a negative seed wraps as llama.cpp's uint32/64 would
@@ -149,12 +156,19 @@ def test_any_model_name_is_served():
 # ---------------------------------------------------------------- the river field
 
 
+def test_sampling_defaults_are_the_endpoints_tables():
+    # the same tables as RiverModel.create_completion / create_chat_completion
+    assert completion().options["decoding"].sampling == SAMPLING_DEFAULTS["completion"]
+    assert chat().options["decoding"].sampling == SAMPLING_DEFAULTS["chat"]
+    assert SAMPLING_DEFAULTS["chat"].temperature == 0.2 and SAMPLING_DEFAULTS["completion"].temperature == 0.8
+
+
 def test_river_tau_exit_layer_and_policy_objects():
-    policy = completion(river={"tau": 0.9, "min_layer": 1}).options["policy"]
-    assert policy == ExitPolicy.uniform(0.9, min_layer=1)
-    assert completion(river={"exit_layer": 1}).options["policy"] == ExitPolicy.at_layer(1)
+    decoding = completion(river={"tau": 0.9, "min_layer": 1}).options["decoding"]
+    assert decoding.policy == ExitPolicy.uniform(0.9, min_layer=1) and decoding.speculative is None  # lossy
+    assert completion(river={"exit_layer": 1}).options["decoding"].policy == ExitPolicy.at_layer(1)
     saved = ExitPolicy.uniform(0.95, min_layer=2)
-    assert completion(river={"policy": json.loads(saved.to_json())}).options["policy"] == saved
+    assert completion(river={"policy": json.loads(saved.to_json())}).options["decoding"].policy == saved
 
 
 @pytest.mark.parametrize(
@@ -181,25 +195,31 @@ def test_river_values_out_of_range_name_the_value(river, param):
     assert caught.value.param == param
 
 
-def test_speculative_from_the_request_or_the_server_default():
-    default = Speculative(max_draft=4)
-    parsed = parse_request({"prompt": "x"}, chat=False, n_layer=N_LAYER, default_speculative=default)
-    assert parsed.options["speculative"] is default
-    parsed = parse_request(
-        {"prompt": "x", "river": {"tau": 0.9}}, chat=False, n_layer=N_LAYER, default_speculative=default
+def test_speculative_from_the_request_or_the_served_models_default():
+    default = Decoding(ExitPolicy.never(), Speculative(max_draft=4), SamplingParams())
+    assert completion(default).options["decoding"].speculative is default.speculative
+    assert completion(default, river={}).options["decoding"].speculative is default.speculative
+    # a lossy option says how the request decodes: plain decoding under it
+    decoding = completion(default, river={"tau": 0.9}).options["decoding"]
+    assert decoding.speculative is None and decoding.policy.beyond == 0.9
+    decoding = completion(default, river={"speculative": False, "tau": 0.9}).options["decoding"]
+    assert decoding.speculative is None and decoding.policy.beyond == 0.9
+    assert completion(default, river={"speculative": False}).options["decoding"].speculative is None
+    # River's own exits draft, with the served draft's settings; the answer is the backbone's
+    decoding = completion(default, river={"speculative": True, "exit_layer": 2}).options["decoding"]
+    assert decoding.speculative == Speculative(draft=ExitPolicy.at_layer(2), max_draft=4)
+    assert completion(river={"speculative": True}).options["decoding"].speculative == Speculative()  # the default
+
+
+def test_a_server_without_a_river_drafts_ngrams_and_refuses_exits():
+    defaults = preset_decoding(has_river=False)
+    assert completion(defaults, has_river=False).options["decoding"].speculative.draft == "ngram"
+    assert completion(defaults, has_river=False, river={"speculative": True}).options["decoding"].speculative == (
+        Speculative(draft="ngram")
     )
-    assert parsed.options["speculative"] is default and parsed.options["policy"].beyond == 0.9
-    parsed = parse_request(
-        {"prompt": "x", "river": {"speculative": False, "tau": 0.9}},
-        chat=False,
-        n_layer=N_LAYER,
-        default_speculative=default,
-    )
-    assert parsed.options["speculative"] is False  # plain decoding, overriding the default
-    parsed = completion(river={"speculative": True, "exit_layer": 2})
-    # River's own exits draft; the answer is the backbone's, so no policy applies to it.
-    assert parsed.options["speculative"].draft == ExitPolicy.at_layer(2) and parsed.options["policy"] is None
-    assert completion(river={"speculative": True}).options["speculative"] == Speculative()  # the default draft
+    with pytest.raises(APIError) as caught:
+        completion(defaults, has_river=False, river={"tau": 0.9})
+    assert caught.value.status == 400 and caught.value.param == "river" and "no river" in caught.value.message
 
 
 # ---------------------------------------------------------------- the prompt against the context
