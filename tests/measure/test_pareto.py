@@ -13,7 +13,7 @@ from river_cpp.measure.evaluate import QualityReport
 
 pytest.importorskip("matplotlib", reason="the plot needs matplotlib (pip install river-cpp[plot])")
 
-from river_cpp.measure.pareto import merged, pareto_figure, plot_pareto, speed_ratios  # noqa: E402
+from river_cpp.measure.pareto import measured_configs, merged, pareto_figure, plot_pareto, speed_ratios  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -105,3 +105,17 @@ def test_merged_refuses_runs_of_another_workload(comparison, tmp_path):
     replace(comparison, prefix=64).save(tmp_path / "b.json")
     with pytest.raises(ValueError, match="differ in model or workload"):
         merged([tmp_path / "a.json", tmp_path / "b.json"])
+
+
+def test_measured_configs_rebuild_the_measured_rows_and_the_backbone(comparison):
+    comparison.rows.append(_row("river tau=0.8 update_norm", sweep_group("update_norm"), 0.5, 200))
+    configs = measured_configs(comparison, taus=[0.97, 0.99], signal_taus=[0.8], q8_taus=[0.99])
+    names = [c.name for c in configs]
+    # the Q4_0 river's sweep (both signals) and full river, once each; llama.cpp rows are peers, not configs
+    assert sorted(names) == [
+        "backbone",
+        "full river q4_0",
+        "river tau=0.8 update_norm",
+        "river tau=0.97",
+        "river tau=0.99",
+    ]
