@@ -1,5 +1,5 @@
 """Time to first token of a second chat turn, with the prompt cache and without it
-(model.reset() before the turn), on the demo model.
+(model.reset() before the turn), on the demo model (river_cpp.measure.chat_ttft).
 
     python benchmarks/chat_ttft.py [-t 2] [-r 5] [--speculative]
 """
@@ -8,63 +8,28 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+from typing import Optional, Sequence
 
-from river_cpp import RiverModel
+from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.apps.demo import demo_backbone_path
-
-SYSTEM = (
-    "You are a patient geography tutor. You answer in plain language, give one concrete example "
-    "for every claim, and keep each answer short. When a question is ambiguous you say which "
-    "reading you chose. You know rivers, lakes, deltas, estuaries, watersheds and floods well, "
-    "and you like to mention how people have lived along rivers through history."
-)
-FIRST = "What is the difference between a river delta and an estuary? Give an example of each."
-SECOND = "Which of the two is the Thames, and why?"
+from river_cpp.engine.model import RiverModel
+from river_cpp.measure.chat_ttft import cached_and_cold
 
 
-def ttft(model: RiverModel, messages: list[dict], **options) -> tuple[float, int, int]:
-    """(seconds to the first chunk with text, prompt tokens, cached tokens) of one streamed turn."""
-    start = time.perf_counter()
-    chunks = model.create_chat_completion(
-        messages, stream=True, stream_options={"include_usage": True}, max_tokens=32, temperature=0, **options
-    )
-    first = None
-    usage = None
-    for chunk in chunks:
-        if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-            first = time.perf_counter() - start
-        usage = chunk.get("usage") or usage
-    return first, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("-t", "--threads", type=int, default=2)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_threads_argument(parser)
     parser.add_argument("-r", "--repetitions", type=int, default=5)
     parser.add_argument("--speculative", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     options = {"speculative": True} if args.speculative else {}
     with RiverModel(demo_backbone_path(), n_threads=args.threads, n_ctx=2048, progress=False) as model:
-        first_turn = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": FIRST}]
-        answer = model.create_chat_completion(first_turn, max_tokens=64, temperature=0, **options)
-        second_turn = first_turn + [answer["choices"][0]["message"], {"role": "user", "content": SECOND}]
-        results: dict[str, list[float]] = {"cached": [], "cold": []}
-        for _ in range(args.repetitions):
-            for mode in ("cold", "cached"):
-                # Either way the cache first holds the first turn, as after answering it.
-                model.reset()
-                model.create_chat_completion(first_turn, max_tokens=64, temperature=0, **options)
-                if mode == "cold":
-                    model.reset()
-                seconds, n_prompt, n_cached = ttft(model, second_turn, **options)
-                results[mode].append(seconds)
-                print(f"{mode:6s} ttft {1000 * seconds:7.1f} ms  prompt {n_prompt} tokens, {n_cached} cached")
-        for mode, values in results.items():
-            print(
-                f"{mode}: median time to first token {1000 * statistics.median(values):.1f} ms "
-                f"(min {1000 * min(values):.1f}, {len(values)} runs)"
-            )
+        results = cached_and_cold(model, args.repetitions, **options)
+    for mode, values in results.items():
+        print(
+            f"{mode}: median time to first token {1000 * statistics.median(values):.1f} ms "
+            f"(min {1000 * min(values):.1f}, {len(values)} runs)"
+        )
 
 
 if __name__ == "__main__":

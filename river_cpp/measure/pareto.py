@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 
-from river_cpp.measure.comparison import FULL_RIVER, LLAMA, RANDOM, STATIC, VARIANT, Comparison, Row
+from river_cpp.measure.comparison import FULL_RIVER, LLAMA, RANDOM, STATIC, VARIANT, Comparison, Row, plan
 
 _MIB = 1024 * 1024
 # Marker and colour of each kind of row; tau sweeps (groups "river <signal>") get the colour cycle.
@@ -40,6 +41,48 @@ def speed_ratios(bench_report, reference: Optional[str] = None) -> dict[str, flo
         if ratio is not None:
             ratios[name] = ratio
     return ratios
+
+
+def merged(paths: Sequence[Union[str, os.PathLike]]) -> Comparison:
+    """One Comparison with the rows of every eval file (first occurrence of a name
+    wins); the files must share model and workload."""
+    runs = [Comparison.load(p) for p in paths]
+    first = runs[0]
+    for run in runs[1:]:
+        if (run.model, run.prefix, run.forced, run.n_chunks) != (
+            first.model,
+            first.prefix,
+            first.forced,
+            first.n_chunks,
+        ):
+            raise ValueError(f"eval runs differ in model or workload: {paths}")
+    names: set[str] = set()
+    rows = []
+    for row in (r for run in runs for r in run.rows):
+        if row.name not in names:
+            names.add(row.name)
+            rows.append(row)
+    return replace(first, rows=rows)
+
+
+def measured_configs(
+    comparison: Comparison, taus: Sequence[float], signal_taus: Sequence[float], q8_taus: Sequence[float]
+) -> list:
+    """The river_cpp.measure.configs.RiverConfig of every row of `comparison` that can
+    be rebuilt by name, and the backbone's: the bench's defaults at `taus`, the eval
+    plan of the Q4_0 river at `taus` and `signal_taus`, and of the Q8_0 river's
+    variants (backbone_prompt, head) at `q8_taus`. The eval runs must have used these
+    options; rows whose configuration is not rebuilt get no speed."""
+    from river_cpp.decoding.presets import FAST
+    from river_cpp.measure.bench import default_configs
+
+    configs = default_configs(taus)
+    configs += [e.config for e in plan(comparison.n_layer, taus=taus, signal_taus=signal_taus)]
+    configs += [
+        e.config for e in plan(comparison.n_layer, taus=q8_taus, river=FAST.river, variants=["backbone_prompt", "head"])
+    ]
+    measured = {r.name for r in comparison.rows}
+    return list({c.name: c for c in configs if c.name in measured or c.name == "backbone"}.values())
 
 
 def plot_pareto(

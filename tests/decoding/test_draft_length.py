@@ -2,6 +2,7 @@
 from each source's own acceptance and cost and the shared verify costs."""
 
 from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source, unused_offer_tested
+from river_cpp.decoding.speculative import observe_round
 
 FREE = frozenset({"ngram3"})
 
@@ -11,18 +12,20 @@ def _round(length: DraftLength, offers: dict, *, accepted: dict, draft_cost: dic
     share of a drafted run kept; verify costs 1 + 0.3 per extra position."""
     source, k = length.choose(1000, offers)
     n_accepted = int(round(accepted.get(source, 0.0) * k))
-    length.observe(
-        n_drafted=k,
+    observe_round(  # as the loop records a round
+        length,
+        source=source,
+        spans=[(source, k)] if k else [],
         n_accepted=n_accepted,
+        draft_forwards=0 if source in length.free_sources else k,
         draft_seconds=k * draft_cost.get(source, 0.0),
         verify_seconds=verify_one * (1 + 0.3 * k),
-        draft_forwards=0 if source in length.free_sources else k,
-        source=source if k else None,
+        unused={  # the free offers, each agreeing with the emitted tokens for its share
+            offer: (limit, int(round(accepted.get(offer, 0.0) * limit)))
+            for offer, limit in offers.items()
+            if offer in length.free_sources
+        },
     )
-    for offer, limit in offers.items():  # the free offers not drafted, scored as the loop does
-        if offer != source and offer in length.free_sources:
-            agreeing = int(round(accepted.get(offer, 0.0) * limit))
-            length.observe_unused(offer, limit, agreeing, n_accepted + 1)
     return source, k
 
 

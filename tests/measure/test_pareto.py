@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from river_cpp.measure.evaluate import QualityReport
 
 pytest.importorskip("matplotlib", reason="the plot needs matplotlib (pip install river-cpp[plot])")
 
-from river_cpp.measure.pareto import pareto_figure, plot_pareto, speed_ratios  # noqa: E402
+from river_cpp.measure.pareto import measured_configs, merged, pareto_figure, plot_pareto, speed_ratios  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -87,3 +89,33 @@ def test_speed_ratios_from_a_bench_report():
     report = BenchReport("m.gguf", 0, 128, 2, 2, 512, [tg(REFERENCE, 100.0), tg("river tau=0.97", 150.0)])
     assert speed_ratios(report) == {REFERENCE: 1.0, "river tau=0.97": 1.5}
     assert speed_ratios(report, reference="river tau=0.97")[REFERENCE] == pytest.approx(2 / 3)
+
+
+def test_merged_keeps_each_rows_first_occurrence(comparison, tmp_path):
+    comparison.save(tmp_path / "a.json")
+    rows = [_row("llama.cpp F16", LLAMA, 9.0, 1), _row("new", LLAMA, 1, 1)]
+    replace(comparison, rows=rows).save(tmp_path / "b.json")
+    rows = merged([tmp_path / "a.json", tmp_path / "b.json"]).rows
+    assert [r.name for r in rows] == [r.name for r in comparison.rows] + ["new"]
+    assert next(r for r in rows if r.name == "llama.cpp F16").quality.median_kl == 0.0  # the first file's
+
+
+def test_merged_refuses_runs_of_another_workload(comparison, tmp_path):
+    comparison.save(tmp_path / "a.json")
+    replace(comparison, prefix=64).save(tmp_path / "b.json")
+    with pytest.raises(ValueError, match="differ in model or workload"):
+        merged([tmp_path / "a.json", tmp_path / "b.json"])
+
+
+def test_measured_configs_rebuild_the_measured_rows_and_the_backbone(comparison):
+    comparison.rows.append(_row("river tau=0.8 update_norm", sweep_group("update_norm"), 0.5, 200))
+    configs = measured_configs(comparison, taus=[0.97, 0.99], signal_taus=[0.8], q8_taus=[0.99])
+    names = [c.name for c in configs]
+    # the Q4_0 river's sweep (both signals) and full river, once each; llama.cpp rows are peers, not configs
+    assert sorted(names) == [
+        "backbone",
+        "full river q4_0",
+        "river tau=0.8 update_norm",
+        "river tau=0.97",
+        "river tau=0.99",
+    ]

@@ -21,16 +21,27 @@ def add_common_arguments(
 ) -> None:
     """The options most subcommands share, declared once with one default each:
     --model/-m (`model` names the file it wants; None: no such option; not given:
-    the demo model), --threads/-t (not given: all cores, as RiverModel decides),
+    the demo model), --threads/-t (default: all cores),
     --tokens N and --prompts N (where a default is given, with what they count)."""
     if model is not None:
         p.add_argument("--model", "-m", metavar="PATH", help=f"{model} (default: the demo model, F16)")
     if threads:
-        p.add_argument("--threads", "-t", type=int, metavar="N", help="CPU threads (default: all cores)")
+        add_threads_argument(p)
     if tokens is not None:
         p.add_argument("--tokens", type=int, default=tokens, metavar="N", help=f"{tokens_help} ({tokens})")
     if prompts is not None:
         p.add_argument("--prompts", type=int, default=prompts, metavar="N", help=f"{prompts_help} ({prompts})")
+
+
+def add_threads_argument(p: argparse.ArgumentParser) -> None:
+    """--threads/-t, the one declaration of it (the CLI's and the benchmarks'): CPU
+    threads, ours and any peer's; default every core this process may use."""
+    from river_cpp._cpus import default_n_threads
+
+    threads = default_n_threads()
+    p.add_argument(
+        "--threads", "-t", type=int, default=threads, metavar="N", help=f"CPU threads (default: all cores, {threads})"
+    )
 
 
 def add_hf_argument(p: argparse.ArgumentParser) -> None:
