@@ -141,13 +141,20 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def open_model(args: argparse.Namespace, **options):
     """The RiverModel that add_model_arguments' options (and --seed, --speculative) ask for."""
     from river_cpp import RiverModel
+    from river_cpp.engine.model import default_n_threads
+    from river_cpp.engine.river_choice import resolve_river
 
     chosen = preset(args.preset)
     river = args.river if args.river is not None else chosen.river
     river = None if river.lower() == "none" else river
+    path = model_path(args.model, args.hf_repo)
+    # "auto" resolved here, as RiverModel would, so that the draft below knows whether there is a river
+    river, choice = resolve_river(path, river, n_threads=args.threads or default_n_threads())
+    if choice is not None and args.verbose:
+        print("river-cpp: " + choice.describe(), file=sys.stderr)
     lossy = _lossy_policy(args, chosen)
     return RiverModel(
-        model_path(args.model, args.hf_repo),
+        path,
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         seed=getattr(args, "seed", None),
