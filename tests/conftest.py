@@ -54,6 +54,7 @@ def host_offload_devices(rpc_servers=()) -> list[river_cpp.engine.placement.Devi
 # module-scoped fixtures load their models before a per-test patch would apply.
 river_cpp.engine.model.offload_devices = host_offload_devices
 
+
 # The default river's choice times the backbone the first time (river_choice.time_costs);
 # a test's outcome must not hang on the machine's load, so every test sees the same
 # timings: a verify that costs a quarter of a step more per position (DraftLength's
