@@ -228,3 +228,17 @@ def test_a_draft_that_ends_unsure_gets_the_length_that_pays_at_full_acceptance()
     assert _timed_river(True, range(1, 5)).choose(1000, {"river": 8}) == ("river", 3)
     # The source's offer bounds it, as any length.
     assert _timed_river(True, range(1, 10)).choose(1000, {"river": 4}) == ("river", 4)
+
+
+def test_a_round_is_charged_what_its_verify_size_costs_not_the_decisions_guess():
+    """The decisions guess a verify size timed fewer than three times optimistically
+    (a quarter of a step per position past those timed), so that it gets tried; the
+    budget is charged what the verifies of that size did cost, or it never sees the
+    losses of that optimism (a 4-bit backbone on 2 cores: 2 positions cost 1.6 steps)."""
+    length = DraftLength(8, adaptive=True, free_sources=frozenset({"ngram1"}))
+    for _ in range(3):
+        length.observe(n_drafted=0, n_accepted=0, draft_seconds=0.0, verify_seconds=1.0, draft_forwards=0)
+    assert length.verify.costs(range(2, 3))[2] == 1.25  # the guess
+    length.observe(n_drafted=1, n_accepted=0, draft_seconds=0.0, verify_seconds=1.6, draft_forwards=0, source="ngram1")
+    # one token for 1.6 steps: 0.6 lost (the budget opens at this charge, so no share yet)
+    assert abs(length.budget["free"] - (DraftLength._BUDGET_START - 0.6)) < 1e-6
