@@ -42,6 +42,8 @@ def run_sets(args: argparse.Namespace) -> dict:
         "sets": {},
     }
     print(out["choice"], file=sys.stderr)
+    for speculative in (False, None):  # builds each route's graphs before anything is timed
+        model.generate("Hello", max_tokens=8, speculative=speculative)
     for name in args.prompts:
         rows = []
         sources: dict[str, list[int]] = {}

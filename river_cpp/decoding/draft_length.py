@@ -300,10 +300,12 @@ class DraftLength:
     def _best(self, offers: Mapping[str, int]) -> tuple[tuple[str, int], str]:
         """The (source, k) with the most tokens per second (PLAIN, 0 unless one beats
         plain decoding by _MIN_GAIN), and the costly source that came closest ("" if
-        none was offered)."""
+        none was offered, or none could pay even if every drafted token were kept: a
+        probe cannot find such a source paying, only cost a round; a 4-bit river on
+        a 4-bit backbone, whose drafted token costs about a plain step)."""
         verify = self.verify.costs(range(1, self.max_draft + 2))
         best: tuple[str, int] = (PLAIN, 0)
-        best_rate = (1.0 + self._MIN_GAIN) / verify[1]
+        best_rate = plain_rate = (1.0 + self._MIN_GAIN) / verify[1]
         # Explore at most twice the longest draft verified so far: a guessed cost past it
         # is optimistic, and a wrong guess of 8 drafts cost the demo model 7 tokens' time.
         explore = max(2, 2 * (self.verify.longest - 1))
@@ -318,7 +320,8 @@ class DraftLength:
                 rate = (1 + expected_accepted(estimate.acceptance, k)) / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
-                if rate > closest_rate and source not in self.free_sources:
+                ceiling = (k + 1) / (k * draft_seconds + verify[k + 1])  # every draft kept
+                if rate > closest_rate and source not in self.free_sources and ceiling > plain_rate:
                     closest, closest_rate = source, rate
         self._rate = best_rate
         source, k = best

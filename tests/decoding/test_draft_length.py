@@ -242,3 +242,26 @@ def test_a_round_is_charged_what_its_verify_size_costs_not_the_decisions_guess()
     length.observe(n_drafted=1, n_accepted=0, draft_seconds=0.0, verify_seconds=1.6, draft_forwards=0, source="ngram1")
     # one token for 1.6 steps: 0.6 lost (the budget opens at this charge, so no share yet)
     assert abs(length.budget["free"] - (DraftLength._BUDGET_START - 0.6)) < 1e-6
+
+
+def test_a_source_that_cannot_pay_at_full_acceptance_is_not_probed():
+    """A drafted token that costs 0.9 of a step, on a verify of 2 positions at 1.1
+    steps (a 4-bit river on a 4-bit backbone): even if every draft were kept, no
+    length beats plain decoding, so once its cost is measured the river is never
+    drafted or probed again, however its acceptance looks."""
+    length = DraftLength(8, adaptive=True)
+    drafted = []
+    for _ in range(600):
+        source, k = length.choose(1000, {"river": 8})
+        length.observe(
+            n_drafted=k,
+            n_accepted=k,  # every draft kept
+            draft_seconds=0.9 * k,
+            verify_seconds=1.0 if not k else 1.1 + 0.3 * (k - 1),
+            draft_forwards=k,
+            source=source if k else None,
+        )
+        drafted.append(k)
+    first = next(i for i, k in enumerate(drafted) if k)
+    assert drafted[first] == DraftLength._FIRST_DRAFT  # the round that measures its cost
+    assert not any(drafted[first + 1 :])
