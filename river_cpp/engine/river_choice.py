@@ -48,8 +48,11 @@ from river_cpp.engine.river import RiverSpec, river_cache_path
 # between them); Q3_K and Q2_K rivers kept 0.06 and 0.10 fewer than IQ4_NL on the same
 # HumanEval run (0.77-0.79 and 0.73-0.76 against 0.83-0.84, p_min 0).
 ACCEPTANCE: dict[str, float] = {"iq4_nl": 0.90, "q3_k": 0.84, "q2_k": 0.80}
-# ggml's bits per weight of the types a river may get (block bytes * 8 / block size).
+# ggml's bits per weight of the types a river may get (block bytes * 8 / block size),
+# and their block sizes: a row that is no multiple of a K-quant's 256 gets IQ4_NL
+# instead (the river's builder does so: csrc/river_build.cpp, river_type_for_row).
 _BITS_PER_WEIGHT = {"iq4_nl": 4.5, "q4_0": 4.5, "q3_k": 3.4375, "q2_k": 2.625}
+_BLOCK = {"iq4_nl": 32, "q4_0": 32, "q3_k": 256, "q2_k": 256}
 # A river must promise this much over plain decoding at its acceptance: it costs
 # memory (half the backbone's bytes or more) and the portfolio's probing, and where
 # the promise is close to 1 the estimates' noise decides.
@@ -249,17 +252,23 @@ def file_bytes(path: Path) -> tuple[str, int, dict[str, int]]:
     info = read_gguf_info(path)
     weights = WeightBytes.of_files(path)
     by_type: dict[str, int] = {}
-    layer_elements = 0
-    for tensor in info.tensors:
-        if tensor.name.startswith("blk.") and len(tensor.shape) >= 2:
-            by_type[tensor.type] = by_type.get(tensor.type, 0) + tensor.n_bytes
-            layer_elements += _elements(tensor.shape)
     head = info.tensor("output.weight") or info.tensor("token_embd.weight")
-    if not by_type or head is None:
+    matrices = [t for t in info.tensors if t.name.startswith("blk.") and len(t.shape) >= 2]
+    if not matrices or head is None:
         raise ValueError(f"{path} has no layer matrices or no LM head to weigh a river against")
-    head_bytes = _elements(head.shape) * _BITS_PER_WEIGHT[HEAD_TYPE] / 8
-    rivers = {river: int(layer_elements * _BITS_PER_WEIGHT[river] / 8 + head_bytes) for river in ACCEPTANCE}
+    for tensor in matrices:
+        by_type[tensor.type] = by_type.get(tensor.type, 0) + tensor.n_bytes
+    rivers = {
+        river: int(sum(_river_bytes(t.shape, river) for t in matrices) + _river_bytes(head.shape, HEAD_TYPE))
+        for river in ACCEPTANCE
+    }
     return max(by_type, key=by_type.get).upper(), weights.full_backbone(), rivers
+
+
+def _river_bytes(shape: Sequence[int], river: str) -> float:
+    """Bytes of a matrix of `shape` (ggml order: the row first) in a river of type `river`."""
+    kind = river if shape[0] % _BLOCK[river] == 0 else "iq4_nl"
+    return _elements(shape) * _BITS_PER_WEIGHT[kind] / 8
 
 
 def _elements(shape: Sequence[int]) -> int:

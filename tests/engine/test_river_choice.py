@@ -121,7 +121,13 @@ def test_a_river_timed_and_rejected_is_deleted(tiny_llama4, river_cache):
 def test_file_bytes_reads_the_tensor_table(tiny_llama4):
     backbone_type, backbone_bytes, rivers = file_bytes(tiny_llama4)
     assert backbone_type == "F16"
-    assert rivers["q2_k"] < rivers["q3_k"] < rivers["iq4_nl"] < backbone_bytes
+    # its rows (64, 128) are no multiples of a K-quant's 256: those take IQ4_NL, as the builder does
+    assert rivers["q2_k"] == rivers["q3_k"] == rivers["iq4_nl"] < backbone_bytes
+
+
+def test_a_k_quant_river_row_of_another_length_is_weighed_as_iq4_nl():
+    assert river_choice._river_bytes((896, 10), "q2_k") == river_choice._river_bytes((896, 10), "iq4_nl")
+    assert river_choice._river_bytes((1024, 10), "q2_k") == 1024 * 10 * 2.625 / 8
 
 
 def _no_river_pays(path, river_types, *, n_threads):
