@@ -8,7 +8,8 @@ Per prompt and round the two alternate which goes first (ABBA), so a drift of th
 machine's speed falls on both. Speeds are decode tokens/s; the ratio of a set is the
 mean over its prompts and rounds of default/plain, next to the ratio of the totals.
 Greedy. Say the machine's load with the numbers: on a shared machine only the ratios
-of interleaved runs mean anything.
+of interleaved runs mean anything, and where others load it heavily, the ratio of this
+process's CPU seconds (prompt and decode, both threads) is the steadier one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 from statistics import mean
 from typing import Optional, Sequence
@@ -34,6 +36,8 @@ def prompts(model: RiverModel, name: str, n: int) -> list[str]:
 
 
 def run_sets(args: argparse.Namespace) -> dict:
+    """Each set's rows and summary; the JSON (--json) is rewritten after every prompt,
+    so that a run stopped by a time limit keeps what it measured."""
     model = RiverModel(args.model, n_ctx=2048, n_threads=args.threads, progress=False)
     out = {
         "model": args.model,
@@ -49,13 +53,15 @@ def run_sets(args: argparse.Namespace) -> dict:
         sources: dict[str, list[int]] = {}
         for i, prompt in enumerate(prompts(model, name, args.n_prompts)):
             for r in range(args.rounds):
-                result = {}
+                result, cpu = {}, {}
                 order = ("plain", "default") if (i + r) % 2 == 0 else ("default", "plain")
                 for which in order:
                     model.reset()
+                    began = time.process_time()
                     res = model.generate(
                         prompt, max_tokens=args.n_tokens, speculative=False if which == "plain" else None
                     )
+                    cpu[which] = time.process_time() - began
                     result[which] = res
                 plain, default = result["plain"], result["default"]
                 n_plain, n_default = len(plain.token_ids) - 1, len(default.token_ids) - 1
@@ -67,6 +73,8 @@ def run_sets(args: argparse.Namespace) -> dict:
                         "default_tps": n_default / default.generation_seconds,
                         "plain_seconds": plain.generation_seconds,
                         "default_seconds": default.generation_seconds,
+                        "plain_cpu_seconds": cpu["plain"],
+                        "default_cpu_seconds": cpu["default"],
                         "tokens": n_plain,
                         "identical": plain.token_ids == default.token_ids,
                     }
@@ -79,25 +87,35 @@ def run_sets(args: argparse.Namespace) -> dict:
                         total[1] += s.drafted
                         total[2] += s.accepted
                 print(
-                    f"{name} prompt {i} round {r}: {rows[-1]['default_tps'] / rows[-1]['plain_tps']:.3f}",
+                    f"{name} prompt {i} round {r}: {rows[-1]['default_tps'] / rows[-1]['plain_tps']:.3f}, "
+                    f"CPU time {cpu['plain'] / cpu['default']:.3f}",
                     file=sys.stderr,
                 )
-        ratios = [row["default_tps"] / row["plain_tps"] for row in rows]
-        summary = {
-            "mean_ratio": mean(ratios),
-            "total_ratio": sum(r["plain_seconds"] for r in rows) / sum(r["default_seconds"] for r in rows),
-            "ratios": ratios,
-            "identical": f"{sum(r['identical'] for r in rows)}/{len(rows)}",
-            "sources": sources,
-            "rows": rows,
-        }
-        out["sets"][name] = summary
+                summary = out["sets"][name] = _summary(rows, sources)
+                if args.json:
+                    Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
         print(
             f"{name}: default/plain mean {summary['mean_ratio']:.3f}, totals {summary['total_ratio']:.3f}, "
+            f"CPU time {summary['cpu_ratio']:.3f}, "
             f"identical {summary['identical']}, sources (rounds, drafted, accepted) {sources}"
         )
     model.close()
     return out
+
+
+def _summary(rows: list[dict], sources: dict) -> dict:
+    ratios = [row["default_tps"] / row["plain_tps"] for row in rows]
+    return {
+        "mean_ratio": mean(ratios),
+        "total_ratio": sum(r["plain_seconds"] for r in rows) / sum(r["default_seconds"] for r in rows),
+        # CPU seconds of this process (prompt and decode): what other processes' load
+        # inflates far less than wall time
+        "cpu_ratio": sum(r["plain_cpu_seconds"] for r in rows) / sum(r["default_cpu_seconds"] for r in rows),
+        "ratios": ratios,
+        "identical": f"{sum(r['identical'] for r in rows)}/{len(rows)}",
+        "sources": sources,
+        "rows": rows,
+    }
 
 
 def peak_memory(args: argparse.Namespace, which: str) -> int:
