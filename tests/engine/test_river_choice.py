@@ -8,7 +8,6 @@ import os
 import pytest
 
 from river_cpp import RiverModel, Speculative
-from river_cpp.apps.cli import main
 from river_cpp.engine import river_choice
 from river_cpp.engine.river import RiverSpec, river_cache_path
 from river_cpp.engine.river_choice import (
@@ -151,16 +150,3 @@ def test_an_explicit_river_wins(tiny_llama4, river_cache, monkeypatch):
     with RiverModel(tiny_llama4, n_ctx=32, river="q4_0") as model:
         assert model.has_river and model.river_choice is None
         assert "q4_0" in model.river_path.name
-
-
-def test_generate_verbose_and_info_say_what_was_chosen(tiny_llama4, river_cache, monkeypatch, capsys):
-    monkeypatch.setattr(river_choice, "time_costs", _no_river_pays)
-    assert main(["generate", "Hello", "--model", str(tiny_llama4), "-n", "3", "-v"]) == 0
-    err = capsys.readouterr().err
-    assert "river: none (n-gram drafts only): no river pays" in err
-    assert main(["info", str(tiny_llama4)]) == 0
-    assert "river: none (n-gram drafts only)" in capsys.readouterr().out
-    assert main(["info", str(tiny_llama4), "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert info["river_choice"]["river"] is None
-    assert {c["river"] for c in info["river_choice"]["candidates"]} == set(ACCEPTANCE)
