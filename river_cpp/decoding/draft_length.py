@@ -300,9 +300,10 @@ class DraftLength:
     def _best(self, offers: Mapping[str, int]) -> tuple[tuple[str, int], str]:
         """The (source, k) with the most tokens per second (PLAIN, 0 unless one beats
         plain decoding by _MIN_GAIN), and the costly source that came closest ("" if
-        none was offered, or none could pay even if every drafted token were kept: a
-        probe cannot find such a source paying, only cost a round; a 4-bit river on
-        a 4-bit backbone, whose drafted token costs about a plain step)."""
+        none was offered, or none could pay even if every drafted token were kept, at
+        a cost timed three times: a probe cannot find such a source paying, only cost
+        a round; a 4-bit river on a 4-bit backbone, whose drafted token costs about a
+        plain step)."""
         verify = self.verify.costs(range(1, self.max_draft + 2))
         best: tuple[str, int] = (PLAIN, 0)
         best_rate = plain_rate = (1.0 + self._MIN_GAIN) / verify[1]
@@ -320,8 +321,11 @@ class DraftLength:
                 rate = (1 + expected_accepted(estimate.acceptance, k)) / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
-                ceiling = (k + 1) / (k * draft_seconds + verify[k + 1])  # every draft kept
-                if rate > closest_rate and source not in self.free_sources and ceiling > plain_rate:
+                # every draft kept; known only once its cost rests on several timings (a
+                # first one may meet a stall, and a source never probed is never re-timed)
+                ceiling = (k + 1) / (k * draft_seconds + verify[k + 1])
+                hopeless = len(estimate.draft) >= self._TRUSTED_TIMINGS and ceiling <= plain_rate
+                if rate > closest_rate and source not in self.free_sources and not hopeless:
                     closest, closest_rate = source, rate
         self._rate = best_rate
         source, k = best
@@ -367,15 +371,11 @@ class DraftLength:
         """Every budget earns its share of the round's time; a drafting round's source
         is charged what its tokens fell short of the plain steps its cost would buy
         (its forwards, copied tokens costing none, and the verify).
-        The cost is a median, not the round's own timing, so that one stalled verify
-        does not rest a source that pays: the median draft, and the median of the
-        recent verifies of this round's size, its own included. Not the decisions'
-        curve: that one is optimistic about sizes verified fewer than three times, so
-        that they get tried, and a budget charged at it did not see the losses of
-        that optimism. On a 4-bit backbone on 2 cores, where a verify of 2 positions
-        costs 1.6 plain steps and the decisions assumed 1.25, one-token n-gram drafts
-        kept at 0.1-0.2 drafted on through the fresh chat at budgets that never ran
-        out (tests/decoding/test_draft_length.py)."""
+        The cost is the one decisions use (median draft, the verify curve), not the
+        round's own timing: the time was predicted right where the estimates were
+        not, and one stalled verify must not rest a source that pays. (A size verified
+        three times or more costs its median on that curve, so only a size's first
+        two verifies are priced optimistically.)"""
         one = self.verify.median(1)
         if not one:
             return
@@ -383,7 +383,10 @@ class DraftLength:
             self.budget[name] += self._BUDGET_SHARE * seconds / one
         if n_drafted:
             draft = self.estimate(source).draft
-            cost = forwards * (median(draft) if draft else 0.0) + self.verify.median(n_drafted + 1)
+            cost = (
+                forwards * (median(draft) if draft else 0.0)
+                + self.verify.costs(range(n_drafted + 1, n_drafted + 2))[n_drafted + 1]
+            )
             name = self._budget_of(source)
             budget = self.budget.get(name, self._BUDGET_START) + n_accepted + 1 - cost / one
             self.budget[name] = min(budget, self._BUDGET_MOST)

@@ -230,24 +230,10 @@ def test_a_draft_that_ends_unsure_gets_the_length_that_pays_at_full_acceptance()
     assert _timed_river(True, range(1, 10)).choose(1000, {"river": 4}) == ("river", 4)
 
 
-def test_a_round_is_charged_what_its_verify_size_costs_not_the_decisions_guess():
-    """The decisions guess a verify size timed fewer than three times optimistically
-    (a quarter of a step per position past those timed), so that it gets tried; the
-    budget is charged what the verifies of that size did cost, or it never sees the
-    losses of that optimism (a 4-bit backbone on 2 cores: 2 positions cost 1.6 steps)."""
-    length = DraftLength(8, adaptive=True, free_sources=frozenset({"ngram1"}))
-    for _ in range(3):
-        length.observe(n_drafted=0, n_accepted=0, draft_seconds=0.0, verify_seconds=1.0, draft_forwards=0)
-    assert length.verify.costs(range(2, 3))[2] == 1.25  # the guess
-    length.observe(n_drafted=1, n_accepted=0, draft_seconds=0.0, verify_seconds=1.6, draft_forwards=0, source="ngram1")
-    # one token for 1.6 steps: 0.6 lost (the budget opens at this charge, so no share yet)
-    assert abs(length.budget["free"] - (DraftLength._BUDGET_START - 0.6)) < 1e-6
-
-
 def test_a_source_that_cannot_pay_at_full_acceptance_is_not_probed():
     """A drafted token that costs 0.9 of a step, on a verify of 2 positions at 1.1
     steps (a 4-bit river on a 4-bit backbone): even if every draft were kept, no
-    length beats plain decoding, so once its cost is measured the river is never
+    length beats plain decoding, so once its cost is timed three times the river is never
     drafted or probed again, however its acceptance looks."""
     length = DraftLength(8, adaptive=True)
     drafted = []
@@ -262,6 +248,7 @@ def test_a_source_that_cannot_pay_at_full_acceptance_is_not_probed():
             source=source if k else None,
         )
         drafted.append(k)
-    first = next(i for i, k in enumerate(drafted) if k)
-    assert drafted[first] == DraftLength._FIRST_DRAFT  # the round that measures its cost
-    assert not any(drafted[first + 1 :])
+    rounds = [i for i, k in enumerate(drafted) if k]
+    assert drafted[rounds[0]] == DraftLength._FIRST_DRAFT  # the round that measures its cost
+    # two probes more, so that its cost rests on three timings (one may have stalled), then none
+    assert len(rounds) == DraftLength._TRUSTED_TIMINGS, rounds
