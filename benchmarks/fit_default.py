@@ -122,7 +122,7 @@ def peak_memory(args: argparse.Namespace, which: str) -> int:
     """Peak RSS (bytes) of this process after loading `which` and one answer."""
     options = {} if which == "default" else {"river": None, "speculative": False}
     with RiverModel(args.model, n_ctx=2048, n_threads=args.threads, progress=False, **options) as model:
-        model.generate(prompts(model, "grounded", 1)[0], max_tokens=32)
+        model.generate(prompts(model, "chat", 1)[0], max_tokens=16)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

@@ -215,9 +215,10 @@ def choose_river(
     timer: Optional[Callable[..., Timings]] = None,
 ) -> RiverChoice:
     """The river the default builds for the backbone at `model_path` on `n_threads`
-    threads (see the module's docstring). Times the backbone, and a river type that
-    pays on bytes, the first time (seconds; a river type timed is built, and deleted
-    again when it does not pay), then reads the timings from the cache folder.
+    threads (see the module's docstring). Times the backbone, and the river types that
+    pay on bytes in the order of their promise until one still pays once timed, the
+    first time (seconds; a river type timed is built, and deleted again when it does
+    not pay), then reads the timings from the cache folder.
 
     timer(model_path, river_types, n_threads=) -> Timings measures; the default is
     time_costs. The cache is keyed by the file's identity, the thread count and the
