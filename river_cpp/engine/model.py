@@ -164,7 +164,8 @@ class RiverModel:
         # The default's choice of river (None where the caller named one), before this
         # model's engine and logging are set up: its first timing loads the backbone on its own.
         self.river_choice: Optional[RiverChoice]
-        river, self.river_choice = resolve_river(path, river, n_threads=n_threads)
+        exits = policy is not None and policy != ExitPolicy.never()
+        river, self.river_choice = resolve_river(path, river, n_threads=n_threads, exits=exits)
         connect_rpc_servers(rpc_servers)
         # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.
         set_ggml_verbosity(verbose)

@@ -39,7 +39,7 @@ from river_cpp.decoding.presets import AUTO_RIVER
 from river_cpp.engine.cache import cache_dir, file_identity
 from river_cpp.engine.gguf_info import read_gguf_info
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE as HEAD_TYPE  # the lossless preset's head
-from river_cpp.engine.river import RiverSpec, river_cache_path
+from river_cpp.engine.river import DEFAULT_RIVER_TYPE, RiverSpec, river_cache_path
 
 # The river types the choice weighs, from the best accepted to the cheapest. Each one's
 # effective per-token acceptance when drafting with the lossless preset (the round
@@ -370,11 +370,19 @@ def _forget_river(path: Path, river: str) -> None:
 
 
 def resolve_river(
-    model_path: Union[str, os.PathLike], river: Union[str, os.PathLike, None], *, n_threads: int
+    model_path: Union[str, os.PathLike],
+    river: Union[str, os.PathLike, None],
+    *,
+    n_threads: int,
+    exits: bool = False,
 ) -> tuple[Union[str, os.PathLike, None], Optional[RiverChoice]]:
     """(the river to load, the choice that named it): AUTO_RIVER is choose_river's
-    choice; any other value, the caller's own, as given (with no choice)."""
+    choice, or DEFAULT_RIVER_TYPE where the model's decoding `exits` (a lossy policy
+    runs tokens on the river whether drafting pays or not); any other value, the
+    caller's own, as given (with no choice)."""
     if isinstance(river, str) and river.lower() == AUTO_RIVER:
+        if exits:
+            return DEFAULT_RIVER_TYPE, None
         choice = choose_river(model_path, n_threads=n_threads)
         return choice.river, choice
     return river, None

@@ -150,3 +150,11 @@ def test_an_explicit_river_wins(tiny_llama4, river_cache, monkeypatch):
     with RiverModel(tiny_llama4, n_ctx=32, river="q4_0") as model:
         assert model.has_river and model.river_choice is None
         assert "q4_0" in model.river_path.name
+
+
+def test_a_lossy_policy_gets_a_river_whether_drafting_pays_or_not(tiny_llama4, river_cache, monkeypatch):
+    from river_cpp import ExitPolicy
+
+    monkeypatch.setattr(river_choice, "time_costs", _no_river_pays)
+    with RiverModel(tiny_llama4, n_ctx=32, policy=ExitPolicy.at_layer(0)) as model:
+        assert model.has_river and model.river_choice is None

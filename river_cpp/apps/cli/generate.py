@@ -16,6 +16,7 @@ __all__ = [
     "add_parser",
     "add_sampling_arguments",
     "add_speculative_arguments",
+    "model_river",
     "open_model",
     "run",
     "sampling",
@@ -141,17 +142,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def open_model(args: argparse.Namespace, **options):
     """The RiverModel that add_model_arguments' options (and --seed, --speculative) ask for."""
     from river_cpp import RiverModel
-    from river_cpp.engine.model import default_n_threads
-    from river_cpp.engine.river_choice import resolve_river
 
     chosen = preset(args.preset)
-    river = args.river if args.river is not None else chosen.river
-    river = None if river.lower() == "none" else river
     path = model_path(args.model, args.hf_repo)
-    # "auto" resolved here, as RiverModel would, so that the draft below knows whether there is a river
-    river, choice = resolve_river(path, river, n_threads=args.threads or default_n_threads())
-    if choice is not None and args.verbose:
-        print("river-cpp: " + choice.describe(), file=sys.stderr)
+    river = model_river(args, path)
     lossy = _lossy_policy(args, chosen)
     return RiverModel(
         path,
@@ -170,6 +164,23 @@ def open_model(args: argparse.Namespace, **options):
         rpc_servers=[s.strip() for s in args.rpc.split(",")] if args.rpc else [],
         **options,
     )
+
+
+def model_river(args: argparse.Namespace, path: str) -> Optional[str]:
+    """The river --river and --preset ask for on the model at `path`, with "auto"
+    resolved here, as RiverModel would, so that the default draft knows whether there
+    is a river (-v says which and why)."""
+    from river_cpp.engine.model import default_n_threads
+    from river_cpp.engine.river_choice import resolve_river
+
+    chosen = preset(args.preset)
+    river = args.river if args.river is not None else chosen.river
+    river = None if river.lower() == "none" else river
+    exits = _lossy_policy(args, chosen) is not None
+    river, choice = resolve_river(path, river, n_threads=args.threads or default_n_threads(), exits=exits)
+    if choice is not None and args.verbose:
+        print("river-cpp: " + choice.describe(), file=sys.stderr)
+    return river
 
 
 def _lossy_policy(args: argparse.Namespace, chosen: Preset) -> Optional[ExitPolicy]:

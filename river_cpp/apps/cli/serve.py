@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from river_cpp.apps.cli._common import model_path
-from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, open_model, speculative
+from river_cpp.apps.cli.generate import (
+    add_model_arguments,
+    add_speculative_arguments,
+    model_river,
+    open_model,
+    speculative,
+)
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
 
@@ -68,5 +75,8 @@ def run(args: argparse.Namespace) -> int:
     path = model_path(args.model, args.hf_repo)
     model_id = args.alias or os.path.basename(path)
     args.model, args.hf_repo = path, None  # open_model loads the file -hf resolved to
+    args.river = model_river(args, path) or "none"  # "auto" decided once: the default draft needs to know
+    if args.river == "none":
+        config = dataclasses.replace(config, speculative=speculative(args, has_river=False) or None)
     serve(lambda: open_model(args), config, model_id)
     return 0
