@@ -197,6 +197,10 @@ def weigh(
             f"acceptance {best.acceptance:.2f} it promises {best.speedup:.2f}x"
         )
         return RiverChoice(best.river, reason, backbone_type, backbone_bytes, tuple(candidates))
+    untimed = [c for c in candidates if c.pays]
+    if untimed:
+        reason = f"{', '.join(c.river for c in untimed)} pay on bytes but were not timed yet"
+        return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates))
     cheapest = min(candidates, key=lambda c: c.cost)
     timed = " (timed)" if cheapest.timed_cost is not None else " by bytes"
     reason = (

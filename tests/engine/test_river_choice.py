@@ -52,6 +52,7 @@ def test_a_river_that_pays_on_bytes_is_chosen_only_once_timed():
     backbone = 3200  # an F16 backbone: a 4-bit river reads about 0.28 of its bytes
     untimed = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT))
     assert untimed.river is None and any(c.pays for c in untimed.candidates)
+    assert "pay on bytes but were not timed yet" in untimed.reason
     timed = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"iq4_nl": 0.35}))
     assert timed.river == "iq4_nl"
     assert "timed" in timed.reason
