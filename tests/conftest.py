@@ -20,6 +20,7 @@ from gguf_files import add_fields, write_and_close
 
 import river_cpp.engine.model
 import river_cpp.engine.placement
+import river_cpp.engine.river_choice
 import river_cpp.measure.llama_peer
 from river_cpp.apps.demo import demo_backbone_path, demo_model_path
 from river_cpp.engine import _core
@@ -52,6 +53,24 @@ def host_offload_devices(rpc_servers=()) -> list[river_cpp.engine.placement.Devi
 # the real offload_devices back for its test). For the whole session, not per test:
 # module-scoped fixtures load their models before a per-test patch would apply.
 river_cpp.engine.model.offload_devices = host_offload_devices
+
+
+# The default river's choice times the backbone the first time (river_choice.time_costs);
+# a test's outcome must not hang on the machine's load, so every test sees the same
+# timings: a verify that costs a quarter of a step more per position (DraftLength's
+# prior slope) and drafted tokens that cost their bytes. On the tiny F16/F32 models a
+# river then pays, as the suites written before the choice expect; the choice's own
+# tests hand choose_river the timings they need.
+def bytes_only_timings(path, river_types, *, n_threads):
+    if not river_types:
+        return river_cpp.engine.river_choice.Timings({n: 1 + 0.25 * (n - 1) for n in (1, 2, 9)})
+    _, backbone_bytes, river_bytes = river_cpp.engine.river_choice.file_bytes(Path(path))
+    return river_cpp.engine.river_choice.Timings({1: 1.0}, {t: river_bytes[t] / backbone_bytes for t in river_types})
+
+
+river_cpp.engine.river_choice.time_costs = bytes_only_timings
+# ... kept apart from the real timings of the same files in the user's cache folder
+river_cpp.engine.river_choice.CACHE_FOLDER = "river-choice-tests"
 
 # llama.cpp peers (bench, eval, the comparison's rows) take every device ggml registered,
 # the tests' Vulkan device too, even at n_gpu_layers=0; in the tests they are CPU

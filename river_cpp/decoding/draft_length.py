@@ -300,10 +300,13 @@ class DraftLength:
     def _best(self, offers: Mapping[str, int]) -> tuple[tuple[str, int], str]:
         """The (source, k) with the most tokens per second (PLAIN, 0 unless one beats
         plain decoding by _MIN_GAIN), and the costly source that came closest ("" if
-        none was offered)."""
+        none was offered, or none could pay even if every drafted token were kept, at
+        a cost timed three times: a probe cannot find such a source paying, only cost
+        a round; a 4-bit river on a 4-bit backbone, whose drafted token costs about a
+        plain step)."""
         verify = self.verify.costs(range(1, self.max_draft + 2))
         best: tuple[str, int] = (PLAIN, 0)
-        best_rate = (1.0 + self._MIN_GAIN) / verify[1]
+        best_rate = plain_rate = (1.0 + self._MIN_GAIN) / verify[1]
         # Explore at most twice the longest draft verified so far: a guessed cost past it
         # is optimistic, and a wrong guess of 8 drafts cost the demo model 7 tokens' time.
         explore = max(2, 2 * (self.verify.longest - 1))
@@ -318,7 +321,11 @@ class DraftLength:
                 rate = (1 + expected_accepted(estimate.acceptance, k)) / (k * draft_seconds + verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
-                if rate > closest_rate and source not in self.free_sources:
+                # every draft kept; known only once its cost rests on several timings (a
+                # first one may meet a stall, and a source never probed is never re-timed)
+                ceiling = (k + 1) / (k * draft_seconds + verify[k + 1])
+                hopeless = len(estimate.draft) >= self._TRUSTED_TIMINGS and ceiling <= plain_rate
+                if rate > closest_rate and source not in self.free_sources and not hopeless:
                     closest, closest_rate = source, rate
         self._rate = best_rate
         source, k = best
@@ -366,7 +373,9 @@ class DraftLength:
         (its forwards, copied tokens costing none, and the verify).
         The cost is the one decisions use (median draft, the verify curve), not the
         round's own timing: the time was predicted right where the estimates were
-        not, and one stalled verify must not rest a source that pays."""
+        not, and one stalled verify must not rest a source that pays. (A size verified
+        three times or more costs its median on that curve, so only a size's first
+        two verifies are priced optimistically.)"""
         one = self.verify.median(1)
         if not one:
             return

@@ -15,13 +15,17 @@ from typing import Optional, Union
 
 from river_cpp.decoding.policy import ExitPolicy
 
+# The river "auto": the one that pays on the file at hand, or none
+# (river_cpp.engine.river_choice decides).
+AUTO_RIVER = "auto"
+
 
 @dataclass(frozen=True)
 class Preset:
     """One named way to run a backbone with its river."""
 
     name: str
-    river: str  # the river type built from the backbone
+    river: str  # the river type built from the backbone (AUTO_RIVER: the one that pays, or none)
     river_head: Union[bool, str]  # exited tokens' LM head: a type, True (the river's type), False (the backbone's)
     prefill: str  # the prompt's route: "backbone" (full precision) or "exit"
     tau: Optional[float]  # decode exits at this uniform threshold; None: every token on the river
@@ -61,12 +65,11 @@ FAST = Preset("fast", river="q8_0", river_head="q8_0", prefill="backbone", tau=N
 PAPER = Preset("paper", river="q4_0", river_head=False, prefill="exit", tau=0.98, min_layer=2)
 
 # Lossless River, the library's default: the backbone's own tokens, faster where drafts
-# are accepted (docs/results.md, "Lossless River"): n-gram matches from the context and
-# a 4-bit river with a 4-bit head drafting on the shared cache; the backbone verifies.
-# An IQ4_NL river drafted as fast as a Q4_0 one and was accepted as often or more:
-# 1.20x vs 1.14x (0.5B, HumanEval), 1.16x vs 1.11x (1.5B, chat), ties elsewhere.
+# are accepted (docs/results.md, "Lossless River"): n-gram matches from the context and,
+# where one pays on the file (docs/results/river-choice.md), a low-bit river with a
+# 4-bit head drafting on the shared cache; the backbone verifies.
 LOSSLESS = Preset(
-    "lossless", river="iq4_nl", river_head="q4_0", prefill="backbone", tau=None, min_layer=2, speculative=True
+    "lossless", river=AUTO_RIVER, river_head="q4_0", prefill="backbone", tau=None, min_layer=2, speculative=True
 )
 DEFAULT = LOSSLESS
 

@@ -38,7 +38,8 @@ from river_cpp.engine.context import check_fits
 from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
 from river_cpp.engine.language_model import ROUTES
 from river_cpp.engine.placement import Placement, offload_devices, plan_placement
-from river_cpp.engine.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE, RiverSpec, load_cached_river
+from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
+from river_cpp.engine.river_choice import RiverChoice, resolve_river
 from river_cpp.engine.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
 from river_cpp.engine.tokenizer import Tokenizer
 
@@ -105,7 +106,7 @@ class RiverModel:
         n_threads: Optional[int] = None,
         seed: Optional[int] = None,
         verbose: bool = False,
-        river: Union[str, os.PathLike, None] = DEFAULT_RIVER_TYPE,
+        river: Union[str, os.PathLike, None] = DEFAULT.river,
         river_types: Optional[Mapping[int, str]] = None,
         policy: Optional[ExitPolicy] = None,
         speculative: SpeculativeOption = None,
@@ -121,9 +122,11 @@ class RiverModel:
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
 
-        river: a ggml type name ("q4_0", "q4_k", "iq4_nl", "q5_k", "q6_k", "q8_0"):
-            build (once, cached) a river of that type from the backbone; or the path
-            of a river GGUF made for this backbone; or None for the backbone alone.
+        river: "auto" (default): the river type that pays on this file and thread
+            count, or none (river_cpp.engine.river_choice; `river_choice` says which
+            and why); a ggml type name ("q4_0", "q4_k", "iq4_nl", "q5_k", "q6_k",
+            "q8_0"): build (once, cached) a river of that type from the backbone; or
+            the path of a river GGUF made for this backbone; or None for the backbone alone.
         river_types: per-layer overrides of the river type, e.g. {28: "q8_0", 29: "q8_0"}.
         policy: the default exit policy of decoding: when tokens leave the backbone.
             None (default): never, so every token is the backbone's own (exact).
@@ -173,6 +176,11 @@ class RiverModel:
         self.seed = seed
         self.verbose = verbose
         n_threads = default_n_threads() if n_threads is None else _positive_int("n_threads", n_threads)
+        # The default's choice of river (None where the caller named one), before this
+        # model's engine and logging are set up: its first timing loads the backbone on its own.
+        self.river_choice: Optional[RiverChoice]
+        exits = policy is not None and policy != ExitPolicy.never()
+        river, self.river_choice = resolve_river(path, river, n_threads=n_threads, exits=exits)
         connect_rpc_servers(rpc_servers)
         # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.
         set_ggml_verbosity(verbose)
@@ -211,6 +219,8 @@ class RiverModel:
             self._release_servers = weakref.finalize(self, _let_go, self._engine, self._remote_devices)
             self._check_servers()
         if verbose:
+            if self.river_choice is not None:
+                print("river-cpp: " + self.river_choice.describe(), file=sys.stderr)
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
             print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
         self._prefill = prefill

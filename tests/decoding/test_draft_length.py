@@ -231,3 +231,27 @@ def test_a_draft_that_ends_unsure_gets_the_length_that_pays_at_full_acceptance()
     assert _timed_river(True, range(1, 5)).choose(1000, {"river": 8}) == ("river", 3)
     # The source's offer bounds it, as any length.
     assert _timed_river(True, range(1, 10)).choose(1000, {"river": 4}) == ("river", 4)
+
+
+def test_a_source_that_cannot_pay_at_full_acceptance_is_not_probed():
+    """A drafted token that costs 0.9 of a step, on a verify of 2 positions at 1.1
+    steps (a 4-bit river on a 4-bit backbone): even if every draft were kept, no
+    length beats plain decoding, so once its cost is timed three times the river is never
+    drafted or probed again, however its acceptance looks."""
+    length = DraftLength(8, adaptive=True)
+    drafted = []
+    for _ in range(600):
+        source, k = length.choose(1000, {"river": 8})
+        length.observe(
+            n_drafted=k,
+            n_accepted=k,  # every draft kept
+            draft_seconds=0.9 * k,
+            verify_seconds=1.0 if not k else 1.1 + 0.3 * (k - 1),
+            draft_forwards=k,
+            source=source if k else None,
+        )
+        drafted.append(k)
+    rounds = [i for i, k in enumerate(drafted) if k]
+    assert drafted[rounds[0]] == DraftLength._FIRST_DRAFT  # the round that measures its cost
+    # two probes more, so that its cost rests on three timings (one may have stalled), then none
+    assert len(rounds) == DraftLength._TRUSTED_TIMINGS, rounds

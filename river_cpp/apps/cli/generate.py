@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Union
 
@@ -147,9 +148,21 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _river(args: argparse.Namespace) -> Optional[str]:
-    """--river's value, else the preset's (None: "none", the backbone alone)."""
+    """--river's value, else the preset's (None: "none", the backbone alone), with
+    "auto" decided here on args.model's file as RiverModel would decide it
+    (river_cpp.engine.river_choice; -v says which and why). The decision is written
+    back into args.river, so that the default draft and the model loaded agree."""
+    from river_cpp.engine.river_choice import resolve_river
+
     river = args.river if args.river is not None else preset(args.preset).river
-    return None if river.lower() == "none" else river
+    if river.lower() == "none":
+        return None
+    exits = any(getattr(args, name, None) is not None for name in ("tau", "exit_layer", "policy"))
+    river, choice = resolve_river(args.model, river, n_threads=args.threads, exits=exits)
+    if choice is not None and args.verbose:
+        print("river-cpp: " + choice.describe(), file=sys.stderr)
+    args.river = os.fspath(river) if river is not None else "none"
+    return None if river is None else args.river
 
 
 def cli_decoding(args: argparse.Namespace, *, kind: str = "generate") -> Decoding:

@@ -7,7 +7,16 @@ import argparse
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("info", help="print versions, devices, CPU buffer types and the cache folder")
+    p = subparsers.add_parser(
+        "info", help="print versions, devices, CPU buffer types and the cache folder; with MODEL, its default river"
+    )
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="a GGUF backbone: also say which river the default builds for it and why (times it the first time)",
+    )
+    p.add_argument("--threads", "-t", type=int, metavar="N", help="with MODEL: CPU threads (default: all cores)")
     p.add_argument("--json", action="store_true", help="print river_cpp.system_info() as JSON")
     p.add_argument(
         "--reprobe", action="store_true", help="probe the CPU's extra buffer types again instead of reading the cache"
@@ -21,5 +30,17 @@ def run(args: argparse.Namespace) -> int:
     from river_cpp.apps.info import format_system_info, system_info
 
     info = system_info(reprobe=args.reprobe)
-    print(json.dumps(info, indent=1) if args.json else format_system_info(info))
+    choice = None
+    if args.model is not None:
+        from river_cpp.engine.model import default_n_threads
+        from river_cpp.engine.river_choice import choose_river
+
+        choice = choose_river(args.model, n_threads=args.threads or default_n_threads())
+        info["river_choice"] = choice.as_dict()
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(format_system_info(info))
+        if choice is not None:
+            print(f"{args.model}\n" + choice.describe())
     return 0

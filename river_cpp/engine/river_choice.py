@@ -1,0 +1,392 @@
+"""Which river the default builds for a backbone file: the one that pays, or none.
+
+A river drafts a token for a share c of a backbone step; the backbone then verifies k
+drafts in one forward of k + 1 positions, V(k + 1) steps (V(1) = 1). With per-token
+acceptance a, a round yields 1 + a(1 - a^k)/(1 - a) tokens for k c + V(k + 1) steps,
+so a river type can only pay where its best k gives clearly more than one token a
+step. That rules the river out on 4-bit files: a 4-bit river reads nearly the bytes of
+a Q4_K_M backbone (c near 0.9), and then no acceptance below 1 pays for the verify.
+
+The choice rests on three things, in this order:
+- the bytes: each river type's matrices against the backbone's (read from the file's
+  tensor table). Decoding one token is bound by memory bandwidth at best, so the bytes
+  are the least a drafted token can cost; a type that does not pay at its byte cost
+  is never built;
+- a short timing, the first time for a file and thread count, cached in the cache
+  folder: the backbone's verify curve V(n), and, for a type that passes on bytes, one
+  drafted token of the built river (on CPUs the low-bit types decode slower than their
+  bytes say);
+- the acceptance each river type reached in measured runs (ACCEPTANCE).
+
+Where no type pays, the default builds and maps no river and drafts from n-gram
+matches alone, so the model's memory is the backbone's. choose_river() is the one
+place this is decided; RiverModel and the CLI call it where the default river (AUTO)
+is resolved, and an explicit river always wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from dataclasses import field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+from river_cpp.decoding.presets import AUTO_RIVER
+from river_cpp.engine.cache import cache_dir, file_identity
+from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.river import DEFAULT_HEAD_TYPE as HEAD_TYPE  # the lossless preset's head
+from river_cpp.engine.river import DEFAULT_RIVER_TYPE, RiverSpec, river_cache_path
+
+# The river types the choice weighs, from the best accepted to the cheapest. Each one's
+# effective per-token acceptance when drafting with the lossless preset (the round
+# ends after an unsure token, Speculative.p_min 0.5), from docs/results.md on the 1.5B
+# F16 upcast: IQ4_NL kept 0.83 of its drafts on chat and 0.98 on HumanEval (0.90
+# between them); Q3_K and Q2_K rivers kept 0.06 and 0.10 fewer than IQ4_NL on the same
+# HumanEval run (0.77-0.79 and 0.73-0.76 against 0.83-0.84, p_min 0).
+ACCEPTANCE: dict[str, float] = {"iq4_nl": 0.90, "q3_k": 0.84, "q2_k": 0.80}
+# ggml's bits per weight of the types a river may get (block bytes * 8 / block size),
+# and their block sizes: a row that is no multiple of a K-quant's 256 gets IQ4_NL
+# instead (the river's builder does so: csrc/river_build.cpp, river_type_for_row).
+_BITS_PER_WEIGHT = {"iq4_nl": 4.5, "q4_0": 4.5, "q3_k": 3.4375, "q2_k": 2.625}
+_BLOCK = {"iq4_nl": 32, "q4_0": 32, "q3_k": 256, "q2_k": 256}
+# A river must promise this much over plain decoding at its acceptance: it costs
+# memory (half the backbone's bytes or more) and the portfolio's probing, and where
+# the promise is close to 1 the estimates' noise decides.
+MIN_SPEEDUP = 1.10
+MAX_DRAFT = 8  # the longest round weighed (Speculative's default max_draft)
+# Verify sizes timed: enough to draw the curve through (it steps, then flattens).
+VERIFY_SIZES = (1, 2, 4, 6, 9)
+# Interleaved passes over the sizes, after one that builds the graphs. Each size keeps
+# its fastest pass: other processes only ever slow a forward down, and on a shared
+# machine a median of a few still moved a 2-position verify between 0.8 and 3.3 steps.
+_TIMING_PASSES = 5
+_CHOICE_VERSION = 1  # bump when what the cache records changes meaning
+CACHE_FOLDER = "river-choice"  # under cache_dir(): the timings, one file per backbone and thread count
+
+# Text the timing forwards run on: any tokens do, the cost does not depend on them.
+_TIMING_TEXT = (
+    "def merge(intervals):\n    intervals.sort()\n    merged = [intervals[0]]\n"
+    "    for start, end in intervals[1:]:\n        if start <= merged[-1][1]:\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    """What the first timing measured: the verify curve and drafted-token costs."""
+
+    verify: dict[int, float]  # positions -> seconds relative to one position
+    draft_cost: dict[str, float] = field(default_factory=dict)  # river type -> a drafted token / a backbone step
+
+    def verify_cost(self, positions: int) -> float:
+        """V(positions): the timed sizes' costs, a line between them, the last step's
+        slope past the largest."""
+        known = sorted(self.verify)
+        if positions in self.verify:
+            return self.verify[positions]
+        if positions > known[-1]:
+            lo, hi = known[-2], known[-1]
+            slope = max(self.verify[hi] - self.verify[lo], 0.0) / (hi - lo)
+            return self.verify[hi] + slope * (positions - hi)
+        lo = max(k for k in known if k < positions)
+        hi = min(k for k in known if k > positions)
+        return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (positions - lo) / (hi - lo)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One river type weighed for a backbone."""
+
+    river: str
+    acceptance: float
+    byte_cost: float  # the river's bytes per drafted token / the backbone's per step
+    river_bytes: int  # of the river file's matrices (layers and head)
+    timed_cost: Optional[float] = None  # a timed drafted token / a backbone step
+    draft: int = 0  # the best round length at `cost`
+    speedup: float = 0.0  # the predicted speed over plain decoding at that length
+
+    @property
+    def cost(self) -> float:
+        return self.byte_cost if self.timed_cost is None else self.timed_cost
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup >= MIN_SPEEDUP
+
+
+@dataclasses.dataclass(frozen=True)
+class RiverChoice:
+    """The default's river for one backbone and thread count, and why."""
+
+    river: Optional[str]  # a river type to build, or None: no river, n-gram drafts alone
+    reason: str
+    backbone_type: str  # the type most of the backbone's matrix bytes have
+    backbone_bytes: int  # matrix bytes a backbone step reads (layers and head)
+    candidates: tuple[Candidate, ...] = ()
+
+    def as_dict(self) -> dict:
+        """Plain data (JSON-serializable), for `river-cpp info MODEL --json`."""
+        return {
+            "river": self.river,
+            "reason": self.reason,
+            "backbone_type": self.backbone_type,
+            "backbone_bytes": self.backbone_bytes,
+            "candidates": [dataclasses.asdict(c) for c in self.candidates],
+        }
+
+    def describe(self) -> str:
+        """Lines for `generate -v` and `river-cpp info MODEL`."""
+        chosen = self.river or "none (n-gram drafts only)"
+        lines = [f"river: {chosen}: {self.reason}"]
+        for c in self.candidates:
+            timed = f", timed {c.timed_cost:.2f}" if c.timed_cost is not None else ""
+            lines.append(
+                f"  {c.river:<7} {c.river_bytes / 2**20:6.0f} MiB, drafted token {c.byte_cost:.2f} of a step by "
+                f"bytes{timed}, acceptance {c.acceptance:.2f} -> {c.speedup:.2f}x at {c.draft} drafts"
+            )
+        return "\n".join(lines)
+
+
+def expected_speedup(acceptance: float, cost: float, verify: Callable[[int], float]) -> tuple[int, float]:
+    """(k, speed over plain decoding) of the best round length k <= MAX_DRAFT for a
+    draft kept with `acceptance` per token at `cost` steps a token, with verify(n) the
+    cost of verifying n positions in steps.
+
+    >>> k, speedup = expected_speedup(0.9, 0.25, lambda n: 1 + 0.1 * (n - 1))
+    >>> k, round(speedup, 2)
+    (4, 1.71)
+    """
+    a = min(acceptance, 0.999)
+    best = (0, 1.0)
+    for k in range(1, MAX_DRAFT + 1):
+        tokens = 1 + a * (1 - a**k) / (1 - a)
+        rate = tokens / (k * cost + verify(k + 1))
+        if rate > best[1]:
+            best = (k, rate)
+    return best
+
+
+def weigh(
+    backbone_type: str,
+    backbone_bytes: int,
+    river_bytes: Mapping[str, int],
+    timings: Timings,
+) -> RiverChoice:
+    """The choice from the bytes and the timings at hand (pure: no file, no clock).
+
+    A type is chosen when its predicted speedup, at its timed cost where timed (else its
+    byte cost), reaches MIN_SPEEDUP; of several, the fastest. A type that pays on bytes
+    but was not timed yet is not chosen: choose_river times it first."""
+    candidates = []
+    for river in ACCEPTANCE:
+        byte_cost = river_bytes[river] / backbone_bytes
+        timed = timings.draft_cost.get(river)
+        if timed is not None:
+            timed = max(timed, byte_cost)  # bytes are the least a token costs; a faster timing was luck
+        acceptance = ACCEPTANCE[river]
+        k, speedup = expected_speedup(acceptance, byte_cost if timed is None else timed, timings.verify_cost)
+        candidates.append(Candidate(river, acceptance, byte_cost, river_bytes[river], timed, k, speedup))
+    paying = [c for c in candidates if c.pays and c.timed_cost is not None]
+    if paying:
+        best = max(paying, key=lambda c: c.speedup)
+        reason = (
+            f"a drafted token costs {best.cost:.2f} of a {backbone_type} backbone step (timed), and at its "
+            f"acceptance {best.acceptance:.2f} it promises {best.speedup:.2f}x"
+        )
+        return RiverChoice(best.river, reason, backbone_type, backbone_bytes, tuple(candidates))
+    untimed = [c for c in candidates if c.pays]
+    if untimed:
+        reason = f"{', '.join(c.river for c in untimed)} pay on bytes but were not timed yet"
+        return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates))
+    cheapest = min(candidates, key=lambda c: c.cost)
+    timed = " (timed)" if cheapest.timed_cost is not None else " by bytes"
+    reason = (
+        f"no river pays on this {backbone_type} backbone: the cheapest, {cheapest.river}, costs "
+        f"{cheapest.cost:.2f} of a step a drafted token{timed}, and a verify of 2 positions "
+        f"{timings.verify_cost(2):.2f} steps; at most {max(c.speedup for c in candidates):.2f}x "
+        f"predicted, below {MIN_SPEEDUP:.2f}x"
+    )
+    return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates))
+
+
+def choose_river(
+    model_path: Union[str, os.PathLike],
+    *,
+    n_threads: int,
+    timer: Optional[Callable[..., Timings]] = None,
+) -> RiverChoice:
+    """The river the default builds for the backbone at `model_path` on `n_threads`
+    threads (see the module's docstring). Times the backbone, and the river types that
+    pay on bytes in the order of their promise until one still pays once timed, the
+    first time (seconds; a river type timed is built, and deleted again when it does
+    not pay), then reads the timings from the cache folder.
+
+    timer(model_path, river_types, n_threads=) -> Timings measures; the default is
+    time_costs. The cache is keyed by the file's identity, the thread count and the
+    CPU's extra buffer types in use."""
+    path = Path(model_path)
+    backbone_type, backbone_bytes, river_bytes = file_bytes(path)
+    timer = timer or time_costs
+    cache = _cache_path(path, n_threads)
+    timings = _read_cache(cache, path)
+    if timings is None:
+        timings = timer(path, (), n_threads=n_threads)
+        _write_cache(cache, path, timings)
+    while True:
+        choice = weigh(backbone_type, backbone_bytes, river_bytes, timings)
+        untimed = [c for c in choice.candidates if c.pays and c.timed_cost is None]
+        if choice.river is not None or not untimed:
+            return choice
+        river = max(untimed, key=lambda c: c.speedup).river
+        measured = timer(path, (river,), n_threads=n_threads).draft_cost
+        timings = Timings(timings.verify, {**timings.draft_cost, river: measured[river]})
+        _write_cache(cache, path, timings)
+        after = weigh(backbone_type, backbone_bytes, river_bytes, timings)
+        if after.river != river:
+            _forget_river(path, river)  # built to be timed; "builds and maps none"
+
+
+def file_bytes(path: Path) -> tuple[str, int, dict[str, int]]:
+    """(the backbone's main matrix type, its matrix bytes a step reads, each weighed
+    river type's matrix bytes with a HEAD_TYPE head) from the file's tensor table."""
+    from river_cpp.measure.weight_bytes import WeightBytes  # reads the table; no model
+
+    info = read_gguf_info(path)
+    weights = WeightBytes.of_files(path)
+    by_type: dict[str, int] = {}
+    head = info.tensor("output.weight") or info.tensor("token_embd.weight")
+    matrices = [t for t in info.tensors if t.name.startswith("blk.") and len(t.shape) >= 2]
+    if not matrices or head is None:
+        raise ValueError(f"{path} has no layer matrices or no LM head to weigh a river against")
+    for tensor in matrices:
+        by_type[tensor.type] = by_type.get(tensor.type, 0) + tensor.n_bytes
+    rivers = {
+        river: int(sum(_river_bytes(t.shape, river) for t in matrices) + _river_bytes(head.shape, HEAD_TYPE))
+        for river in ACCEPTANCE
+    }
+    return max(by_type, key=by_type.get).upper(), weights.full_backbone(), rivers
+
+
+def _river_bytes(shape: Sequence[int], river: str) -> float:
+    """Bytes of a matrix of `shape` (ggml order: the row first) in a river of type `river`."""
+    kind = river if shape[0] % _BLOCK[river] == 0 else "iq4_nl"
+    return _elements(shape) * _BITS_PER_WEIGHT[kind] / 8
+
+
+def _elements(shape: Sequence[int]) -> int:
+    n = 1
+    for dim in shape:
+        n *= int(dim)
+    return n
+
+
+# ---------------------------------------------------------------- timing
+
+
+def time_costs(path: Path, river_types: Sequence[str], *, n_threads: int) -> Timings:
+    """Time the backbone's verify curve (no river types) or one drafted token of each
+    of `river_types` (building each river, as the default would), relative to a
+    backbone step of the same model, in interleaved passes."""
+    from river_cpp.decoding.policy import ExitPolicy
+    from river_cpp.engine.model import RiverModel
+
+    options = dict(n_ctx=64, n_threads=n_threads, speculative=False, progress=False)
+    if not river_types:
+        with RiverModel(path, river=None, **options) as model:
+            context = _context(model)
+            seconds = _interleaved(model, context, {n: dict(n=n, route="backbone") for n in VERIFY_SIZES})
+        curve, most = {}, 1.0
+        for n in VERIFY_SIZES:  # more positions never cost less: what did was noise
+            most = curve[n] = max(most, seconds[n] / seconds[1])
+        return Timings(curve)
+    costs = {}
+    on_river = ExitPolicy.at_layer(0)  # a river draft's forward
+    for river in river_types:
+        with RiverModel(path, river=river, river_head=HEAD_TYPE, **options) as model:
+            context = _context(model)
+            runs = {"backbone": dict(n=1, route="backbone"), "river": dict(n=1, route="decode", policy=on_river)}
+            seconds = _interleaved(model, context, runs)
+        costs[river] = seconds["river"] / seconds["backbone"]
+    return Timings({1: 1.0}, costs)
+
+
+def _context(model) -> list[int]:
+    ids = model.tokenize(_TIMING_TEXT)
+    model.forward(ids[:8], route="backbone")
+    return ids[8 : 8 + max(VERIFY_SIZES)]
+
+
+def _interleaved(model, ids: list[int], runs: Mapping[object, dict]) -> dict[object, float]:
+    """The fastest seconds of each run's forward, after a first pass that builds the graphs."""
+    start = model.n_past
+    times: dict[object, list[float]] = {name: [] for name in runs}
+    for timed_pass in range(_TIMING_PASSES + 1):
+        for name, run in runs.items():
+            model.rewind(start)
+            began = time.perf_counter()
+            model.forward(ids[: run["n"]], route=run["route"], policy=run.get("policy"))
+            if timed_pass:
+                times[name].append(time.perf_counter() - began)
+    model.rewind(start)
+    return {name: min(seconds) for name, seconds in times.items()}
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def _cache_path(path: Path, n_threads: int) -> Path:
+    from river_cpp.engine.extra_bufts import extra_bufts
+
+    key = f"{path.resolve()}|{n_threads}|{','.join(extra_bufts().allowed)}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_dir() / CACHE_FOLDER / f"{path.stem}-{digest}.json"
+
+
+def _read_cache(cache: Path, path: Path) -> Optional[Timings]:
+    try:
+        recorded = json.loads(cache.read_text())
+        if recorded["version"] != _CHOICE_VERSION or recorded["identity"] != file_identity(path):
+            return None
+        return Timings({int(n): float(v) for n, v in recorded["verify"].items()}, dict(recorded["draft_cost"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cache(cache: Path, path: Path, timings: Timings) -> None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    recorded = {
+        "version": _CHOICE_VERSION,
+        "identity": file_identity(path),
+        "verify": timings.verify,
+        "draft_cost": timings.draft_cost,
+    }
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(recorded, indent=1) + "\n")
+    os.replace(tmp, cache)
+
+
+def _forget_river(path: Path, river: str) -> None:
+    """Delete the river file of `river` built only to be timed."""
+    river_cache_path(path, RiverSpec(default_type=river, head_type=HEAD_TYPE)).unlink(missing_ok=True)
+
+
+def resolve_river(
+    model_path: Union[str, os.PathLike],
+    river: Union[str, os.PathLike, None],
+    *,
+    n_threads: int,
+    exits: bool = False,
+) -> tuple[Union[str, os.PathLike, None], Optional[RiverChoice]]:
+    """(the river to load, the choice that named it): AUTO_RIVER is choose_river's
+    choice, or DEFAULT_RIVER_TYPE where the model's decoding `exits` (a lossy policy
+    runs tokens on the river whether drafting pays or not); any other value, the
+    caller's own, as given (with no choice)."""
+    if isinstance(river, str) and river.lower() == AUTO_RIVER:
+        if exits:
+            return DEFAULT_RIVER_TYPE, None
+        choice = choose_river(model_path, n_threads=n_threads)
+        return choice.river, choice
+    return river, None

@@ -1,0 +1,26 @@
+"""`river-cpp generate -v` and `river-cpp info MODEL` say which river the default chose and why."""
+
+import json
+
+from river_cpp.apps.cli import main
+from river_cpp.engine import river_choice
+from river_cpp.engine.river_choice import ACCEPTANCE, Timings
+
+STEEP = {1: 1.0, 2: 1.6, 4: 1.7, 6: 2.5, 9: 2.6}  # a 4-bit backbone's verify on 2 cores
+
+
+def _no_river_pays(path, river_types, *, n_threads):
+    return Timings(STEEP) if not river_types else Timings({1: 1.0}, dict.fromkeys(river_types, 1.0))
+
+
+def test_generate_verbose_and_info_say_what_was_chosen(tiny_llama4, river_cache, monkeypatch, capsys):
+    monkeypatch.setattr(river_choice, "time_costs", _no_river_pays)
+    assert main(["generate", "Hello", "--model", str(tiny_llama4), "-n", "3", "-v"]) == 0
+    err = capsys.readouterr().err
+    assert "river: none (n-gram drafts only): no river pays" in err
+    assert main(["info", str(tiny_llama4)]) == 0
+    assert "river: none (n-gram drafts only)" in capsys.readouterr().out
+    assert main(["info", str(tiny_llama4), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["river_choice"]["river"] is None
+    assert {c["river"] for c in info["river_choice"]["candidates"]} == set(ACCEPTANCE)
