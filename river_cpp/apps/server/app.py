@@ -8,6 +8,7 @@ What a request may say is river_cpp.apps.server.protocol's; running it is the wo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import sys
@@ -211,6 +212,8 @@ class Server:
                 raise busy("the model is loading")
             model = self.worker.model
             parsed = parse_request(body, chat=chat, n_layer=model.n_layer, default_speculative=self.config.speculative)
+            if not self.config.share_drafts:
+                _private_drafts(parsed.options, model)
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
             await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
@@ -243,6 +246,15 @@ class Server:
                 raise too_large(self.config.max_body_bytes)
             parts.append(part)
         return b"".join(parts)
+
+
+def _private_drafts(options: dict[str, Any], model: Any) -> None:
+    """Make the request's draft leave the model's memory of earlier requests alone
+    (neither drafting from it nor adding to it): without --share-drafts one client's
+    text must not shape another's drafts, and so its timing."""
+    spec = model.speculative_for(options.get("policy"), options.get("speculative"))
+    if getattr(spec, "memory", False):
+        options["speculative"] = dataclasses.replace(spec, memory=False)
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:

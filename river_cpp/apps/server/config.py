@@ -26,6 +26,8 @@ class ServerConfig:
     api_key: required as "Authorization: Bearer KEY" on every route but /health.
     insecure: allow binding a non-loopback address without an API key.
     speculative: lossless River for every request that does not set river.speculative.
+    share_drafts: requests draft from the model's memory of earlier requests (and add
+        theirs to it); off, no request's text reaches another's drafts (or timing).
     """
 
     host: str = "127.0.0.1"
@@ -38,6 +40,7 @@ class ServerConfig:
     insecure: bool = False
     keepalive_seconds: float = 10.0
     speculative: Any = None  # a Speculative for requests whose river field does not say
+    share_drafts: bool = False
 
     def check(self) -> None:
         """ValueError for a configuration that must not run."""
