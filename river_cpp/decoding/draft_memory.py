@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.suffix_index import SuffixIndex
+from river_cpp.decoding.suffix_index import SuffixIndex, vote
 
 DEFAULT_MEMORY_TOKENS = 1 << 18
 # Eviction frees down to this share of the capacity, so that a full memory is not
@@ -125,20 +125,20 @@ class DraftMemory:
 
     def propose(self, context: Sequence[int], max_tokens: int, min_match: int) -> tuple[list[int], int]:
         """Up to max_tokens tokens that followed the longest match (at least
-        min_match tokens) of the context's tail in the memory, and the match's
-        length; ([], 0) if none. The newer index wins a tie. Marks the document
-        drawn from as used."""
-        best: tuple[list[int], int] = ([], 0)
-        for part in (self._fresh, self._main):
-            if part is None:
-                continue
-            tokens, m, position = part.index.propose(context, max_tokens, min_match)
-            if tokens and m > best[1]:
-                best, source = (tokens, m), (part, position)
-        if best[0]:
-            part, position = source
-            self._documents.move_to_end(part.document_at(position))
-        return best
+        min_match tokens) of the context's tail in the memory, as its occurrences
+        vote (river_cpp.decoding.suffix_index.vote), and the match's length; ([], 0)
+        if none. Marks the document drawn from as used."""
+        parts = [part for part in (self._fresh, self._main) if part is not None]
+        found = [part.index.occurrences(context, min_match) for part in parts]
+        m = max((length for length, _ in found), default=0)
+        if not m:
+            return [], 0
+        voting = [(part, positions) for part, (length, positions) in zip(parts, found) if length == m]
+        tokens, (which, position) = vote([(part.index.tokens, positions) for part, positions in voting], max_tokens)
+        if not tokens:
+            return [], 0
+        self._documents.move_to_end(voting[which][0].document_at(position))
+        return tokens, m
 
 
 _memories: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -153,3 +153,8 @@ def memory_of(model: object) -> DraftMemory:
     except TypeError:
         kind = type(model).__name__
         raise TypeError(f"a draft memory needs a model that takes weak references, not {kind}") from None
+
+
+def forget_memory_of(model: object) -> None:
+    """Drop the memory of calls on `model` (the next call starts an empty one)."""
+    _memories.pop(model, None)

@@ -19,7 +19,7 @@ keys, 0.1-0.2 s for a million tokens.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -31,6 +31,11 @@ MATCH_DEPTH = 32
 # Match lengths whose drafting statistics are kept together: a match of 5 tokens
 # counts under 4, one of 40 under 32.
 MATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+# A drafted token needs this share of the match's occurrences going on with it
+# (propose); one occurrence alone is followed wherever it goes.
+CONFIDENCE = 0.5
+# Occurrences that vote on a continuation at most (the latest ones).
+_VOTERS = 512
 # A range this short is narrowed in one numpy search over its column rather than by
 # bisecting position by position.
 _SCAN = 256
@@ -116,19 +121,69 @@ class SuffixIndex:
         stops = np.flatnonzero(ahead == SEPARATOR)
         return ahead[: stops[0] if stops.size else len(ahead)].tolist()
 
-    def propose(
-        self, context: Sequence[int], max_tokens: int, min_match: int = 1, latest: Optional[int] = None
-    ) -> tuple[list[int], int, int]:
-        """(tokens, m, position): up to max_tokens tokens that followed the longest
-        match of the context's tail (m tokens, at least min_match), from the latest
-        such occurrence (the highest position; `latest`: consider only the last this
-        many of the range, which is in no order past MATCH_DEPTH); ([], 0, -1) if none."""
+    def occurrences(self, context: Sequence[int], min_match: int = 1) -> tuple[int, np.ndarray]:
+        """(m, positions): the longest match of the context's tail (m tokens, at least
+        min_match) and the positions after its occurrences, at most the latest
+        _VOTERS of them; (0, empty) if none."""
         m, lo, hi = self.longest_match(context)
         if m < min_match:
-            return [], 0, -1
-        candidates = self.order[lo:hi] if latest is None else self.order[max(lo, hi - latest) : hi]
-        position = int(candidates.max())
-        return self.continuation(position, max_tokens), m, position
+            return 0, np.zeros(0, np.int64)
+        positions = self.order[lo:hi].astype(np.int64)
+        if len(positions) > _VOTERS:
+            positions = np.partition(positions, len(positions) - _VOTERS)[-_VOTERS:]
+        return m, positions
+
+    def propose(
+        self, context: Sequence[int], max_tokens: int, min_match: int = 1, min_confidence: float = CONFIDENCE
+    ) -> tuple[list[int], int, int]:
+        """(tokens, m, position): up to max_tokens tokens that followed the longest
+        match of the context's tail (m tokens, at least min_match), as its
+        occurrences vote (vote), and the position the first came from; ([], 0, -1)
+        if none."""
+        m, positions = self.occurrences(context, min_match)
+        tokens, (_, position) = vote([(self.tokens, positions)], max_tokens, min_confidence)
+        return (tokens, m, position) if tokens else ([], 0, -1)
+
+
+def vote(
+    parts: Sequence[tuple[np.ndarray, np.ndarray]], max_tokens: int, min_confidence: float = CONFIDENCE
+) -> tuple[list[int], tuple[int, int]]:
+    """The continuation the occurrences of a match agree on, and (part, position) of
+    the latest occurrence it follows ((-1, -1) if none). `parts`: (tokens, positions)
+    of the occurrences in each of several token arrays, newest array first.
+
+    Each token is the one most of the occurrences still agreeing go on with (the
+    newest occurrence's on a tie), and the draft ends before its share of all the
+    occurrences falls below min_confidence. After the same JSON key in twelve
+    earlier answers the twelve values differ, and the draft stops before the value;
+    after the value the next key follows in all of them, and is drafted whole
+    (SuffixDecoding's frequency-scored tree does the same)."""
+    voters = sum(len(positions) for _, positions in parts)
+    live = [(i, tokens, positions) for i, (tokens, positions) in enumerate(parts) if len(positions)]
+    drafted: list[int] = []
+    first = (-1, -1)
+    while live and len(drafted) < max_tokens:
+        ahead = [tokens[positions + len(drafted)] for _, tokens, positions in live]
+        going_on = np.concatenate(ahead)
+        going_on = going_on[going_on != SEPARATOR]
+        if not going_on.size:
+            break
+        values, counts = np.unique(going_on, return_counts=True)
+        most = counts.max()
+        if most / voters < min_confidence:
+            break
+        tied = values[counts == most]
+        token = int(tied[0])
+        if len(tied) > 1:  # the newest occurrence's token among the tied
+            part = next(k for k, next_tokens in enumerate(ahead) if np.isin(next_tokens, tied).any())
+            _, tokens, positions = live[part]
+            token = int(tokens[positions[np.isin(ahead[part], tied)].max() + len(drafted)])
+        kept = [(i, tokens, positions[a == token]) for (i, tokens, positions), a in zip(live, ahead)]
+        live = [(i, tokens, positions) for i, tokens, positions in kept if len(positions)]
+        if not drafted:
+            first = (live[0][0], int(live[0][2].max()))
+        drafted.append(token)
+    return drafted, first
 
 
 def sort_positions(tokens: np.ndarray) -> np.ndarray:

@@ -65,6 +65,18 @@ def test_min_match_and_latest_occurrence():
     assert index.propose([1, 2, 3], 2, min_match=2)[:2] == ([4], 3)  # the longer match wins
 
 
+def test_occurrences_vote_on_the_continuation():
+    agreeing = SuffixIndex.build([[5, 1, 2, 9, 4], [6, 1, 2, 9, 3], [7, 1, 2, 8, 3]])
+    assert agreeing.propose([1, 2], 4)[:2] == ([9], 2)  # 2 of 3 go on with 9, then 4 and 3 split
+    assert agreeing.propose([1, 2], 4, min_confidence=0.7) == ([], 0, -1)
+    # the same key in each earlier answer, different values after it: drafted up to the value
+    answers = SuffixIndex.build([[1, 2, 3, 4, 10, 20], [1, 2, 3, 4, 11, 20], [1, 2, 3, 4, 12, 20]])
+    assert answers.propose([1], 8)[:2] == ([2, 3, 4], 1)
+    assert answers.propose([10], 8)[:2] == ([20], 1)  # one occurrence: followed wherever it goes
+    tie = SuffixIndex.build([[1, 7], [1, 8]])
+    assert tie.propose([1], 4)[:2] == ([8], 1)  # the newer occurrence wins a tie
+
+
 def test_empty_index_and_bad_ids():
     assert SuffixIndex.build([]).propose([1, 2], 4) == ([], 0, -1)
     assert SuffixIndex.build([[]]).propose([1], 4) == ([], 0, -1)
