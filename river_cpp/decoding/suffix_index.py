@@ -100,6 +100,12 @@ class SuffixIndex:
         lo, hi, m = 0, len(self.order), 0
         depth = min(max_length, MATCH_DEPTH, len(context))
         while m < depth and hi > lo:
+            if hi - lo == 1 and m:  # one occurrence left: the rest of its match in one comparison
+                end = int(self.order[lo]) - m
+                before = np.asarray(self.tokens[max(end - (depth - m), 0) : end])[::-1]
+                wanted = np.asarray(context[len(context) - depth : len(context) - m])[::-1]
+                differ = np.flatnonzero(before != wanted[: len(before)])
+                return m + (int(differ[0]) if differ.size else len(before)), lo, hi
             token = int(context[len(context) - 1 - m])
             if hi - lo <= _SCAN:
                 at = self.order[lo:hi].astype(np.int64) - 1 - m
