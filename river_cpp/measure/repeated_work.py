@@ -251,8 +251,9 @@ def run_set(
             elif config != "plain":
                 run.identical = ours[config][1] == plain_ids
         answers.append(plain_run.text)
-        speeds = ", ".join(f"{c} {result.runs[c][-1].speed:.1f}" for c in names)
-        progress(f"{name} {i + 1}: {plain_run.tokens + 1} tokens; tokens/s {speeds}")
+        speeds = ", ".join(f"{c} {result.runs[c][-1].speed:.2f}" for c in names)
+        same = ", ".join(f"{c} {'yes' if result.runs[c][-1].identical else 'NO'}" for c in names if c != "plain")
+        progress(f"{name} {i + 1}: {plain_run.tokens + 1} tokens; tokens/s {speeds}; identical: {same}")
         i += 1
 
 
