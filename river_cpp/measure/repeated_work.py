@@ -99,6 +99,8 @@ class Run:
     text: str = ""
     by_source: dict[str, tuple[int, int]] = field(default_factory=dict)  # drafted, accepted
     index: str = ""  # the speculative summary's index sizes
+    tokens_per_verify: float = 0.0  # of a lossless row: tokens per backbone forward
+    near_tie: Optional[float] = None  # where it differs from plain: the backbone's top-2 gap there (of its scale)
 
     @property
     def speed(self) -> float:
@@ -124,8 +126,23 @@ def _decode_ours(model, prompt: str, max_tokens: int, speculative: Any) -> tuple
         text=result.text,
         by_source=by_source,
         index=index,
+        tokens_per_verify=stats.tokens_per_round if stats else 0.0,
     )
     return run, list(result.token_ids)
+
+
+def top2_gap(model, prompt: str, reference: Sequence[int], tokens: Sequence[int]) -> float:
+    """The backbone's top-2 logit gap, relative to its logit scale, where `tokens`
+    first leaves `reference`: batched and single-token forwards may order a near-tie
+    apart, and a lossless run then goes on from the other token."""
+    import numpy as np
+
+    i = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), min(len(reference), len(tokens)))
+    ids = model.tokenize(prompt, add_bos=True, special=True) + list(reference[:i])
+    model.reset()
+    logits = model.forward(ids, last_only=True, route="backbone")[0]
+    top2 = np.sort(logits)[-2:]
+    return float(top2[1] - top2[0]) / float(np.abs(logits).max())
 
 
 class PromptLookup:
@@ -250,6 +267,8 @@ def run_set(
                 run.identical = run.text == plain_run.text
             elif config != "plain":
                 run.identical = ours[config][1] == plain_ids
+                if not run.identical:
+                    run.near_tie = top2_gap(model, prompt, plain_ids, ours[config][1])
         answers.append(plain_run.text)
         speeds = ", ".join(f"{c} {result.runs[c][-1].speed:.2f}" for c in names)
         same = ", ".join(f"{c} {'yes' if result.runs[c][-1].identical else 'NO'}" for c in names if c != "plain")
@@ -317,19 +336,25 @@ def results_table(results: Sequence[SetResult]) -> str:
     """A markdown table: per set and configuration, the mean of the per-request speed
     ratios to plain decoding, the set's overall ratio, identity, and what drafted."""
     lines = [
-        "| set | configuration | speed vs plain (mean) | overall | identical to plain | drafted (accepted) |",
-        "|---|---|---|---|---|---|",
+        "| set | configuration | speed vs plain (mean) | overall | tokens per verify | identical to plain "
+        "| drafted (accepted) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for config in result.runs:
             same, total = result.identical(config)
             identity = f"{same}/{total}" if config != "plain" else "-"
+            gaps = [run.near_tie for run in result.runs[config] if run.near_tie is not None]
+            if gaps:
+                identity += " (top-2 gap " + ", ".join(f"{gap:.1e}" for gap in gaps) + " where not)"
+            verify = [run.tokens_per_verify for run in result.runs[config] if run.tokens_per_verify]
+            per_verify = f"{statistics.fmean(verify):.2f}" if verify else "-"
             kinds = ", ".join(
                 f"{kind} {d} ({100 * a / d:.0f}%)" for kind, (d, a) in result.drafted_by_kind(config).items()
             )
             lines.append(
                 f"| {result.name} | {config} | {result.mean_ratio(config):.2f}x | {result.total_ratio(config):.2f}x "
-                f"| {identity} | {kinds or '-'} |"
+                f"| {per_verify} | {identity} | {kinds or '-'} |"
             )
     means = {
         config: statistics.fmean(r.mean_ratio(config) for r in results)
@@ -358,6 +383,8 @@ def results_json(results: Sequence[SetResult]) -> list[dict[str, Any]]:
                             "identical": run.identical,
                             "by_source": run.by_source,
                             "index": run.index,
+                            "tokens_per_verify": run.tokens_per_verify,
+                            "near_tie": run.near_tie,
                         }
                         for run in runs
                     ],

@@ -48,3 +48,16 @@ def test_unknown_sets_are_refused(tiny_llama4, river_cache):
     with RiverModel(tiny_llama4, n_ctx=256, n_threads=1, river=None, progress=False) as model:
         with pytest.raises(ValueError, match="unknown sets"):
             measure_repeated_work(model, sets=["poems"])
+
+
+def test_top2_gap_is_taken_where_the_tokens_first_differ(tiny_llama4, river_cache):
+    from river_cpp.measure.repeated_work import top2_gap
+
+    with RiverModel(tiny_llama4, n_ctx=256, n_threads=1, river=None, progress=False) as model:
+        reference = model.generate("Hello", max_tokens=4, temperature=0.0, speculative=False).token_ids
+        other = reference[:2] + [(reference[2] + 1) % model.n_vocab]
+        gap = top2_gap(model, "Hello", reference, other)
+        model.reset()
+        logits = model.forward(model.tokenize("Hello", add_bos=True, special=True) + reference[:2], last_only=True)[0]
+        top2 = sorted(logits)[-2:]
+        assert gap == pytest.approx((top2[1] - top2[0]) / abs(logits).max(), rel=1e-5)
