@@ -6,6 +6,9 @@ tokens continuing the accepted history, and the backbone verifies them
 - ModelDraft: a separate smaller model with its own cache.
 - NgramDraft: the continuation of the context's last n-gram where it occurred before
   (prompt lookup); costs a dictionary probe, proposes only where the text repeats.
+- RecallDraft: the continuation of the context's tail where it occurred outside the
+  context: in earlier calls on the model (river_cpp.decoding.draft_memory) or in a
+  corpus (river_cpp.decoding.draft_corpus); a lookup too.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from river_cpp.decoding.acceptance import sample
 from river_cpp.decoding.ngram import NgramIndex
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import Sampler
+from river_cpp.decoding.suffix_index import match_bucket
 from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import prefill
 
@@ -26,6 +30,12 @@ from river_cpp.engine.steps import prefill
 def ngram_source(n: int) -> str:
     """The statistics' name of n-gram matches of n tokens offered at a round's start."""
     return f"ngram{n}"
+
+
+def recall_source(kind: str, m: int) -> str:
+    """The statistics' name of a `kind` ("memory", "corpus") match of m tokens, by its
+    length's bucket (river_cpp.decoding.suffix_index.match_bucket)."""
+    return f"{kind}{match_bucket(m)}"
 
 
 def copy_source(n: int) -> str:
@@ -214,17 +224,31 @@ class ModelDraft(_ForwardDraft):
         self.model.rewind(min(len(history) - 1, self.model.n_past))
 
 
-class NgramDraft:
+class LookupDraft:
+    """A draft found by a lookup, free next to a forward and deterministic: available()
+    finds `offer` and the name its statistics are kept under (`offer_name`), propose()
+    hands it on. A round that drafts from another source still scores the offer
+    against the tokens it emitted (DraftLength.observe_unused)."""
+
+    def __init__(self) -> None:
+        self.offer: list[int] = []
+        self.offer_name = ""
+
+    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+        return Proposal(self.offer[:k], self.offer_name)
+
+
+class NgramDraft(LookupDraft):
     """The context's own continuation: after the last n tokens (n_max down to n_min),
-    the tokens that followed their most recent earlier occurrence. Deterministic, and
-    free next to a forward. After available(): `offer`, the tokens it found, and
-    `last_n`, the size of the n-gram they follow (drafting statistics are kept per
-    size: a 3-gram match is a better bet than a 1-gram one)."""
+    the tokens that followed their most recent earlier occurrence. After available():
+    `offer`, the tokens it found, and `last_n`, the size of the n-gram they follow
+    (drafting statistics are kept per size: a 3-gram match is a better bet than a
+    1-gram one)."""
 
     def __init__(self, n_min: int, n_max: int) -> None:
+        super().__init__()
         self._n_min, self._n_max = n_min, n_max
         self.index = NgramIndex(n_min, n_max)
-        self.offer: list[int] = []
         self.last_n = 0
 
     def begin(self, history: Sequence[int]) -> None:
@@ -233,10 +257,43 @@ class NgramDraft:
 
     def available(self, history: Sequence[int], max_tokens: int) -> int:
         self.offer, self.last_n = self.index.propose(max_tokens)
+        self.offer_name = ngram_source(self.last_n)
         return len(self.offer)
-
-    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
-        return Proposal(self.offer[:k], ngram_source(self.last_n))
 
     def keep(self, history: Sequence[int]) -> None:
         self.index.extend(history[len(self.index.tokens) :])
+
+
+class RecallDraft(LookupDraft):
+    """What followed the longest match of the context's tail in text outside the
+    context: `lookup(history, max_tokens)` returns the tokens and the match's length.
+    Statistics are kept per `kind` and match length (recall_source): a match of 16
+    tokens is a better bet, and pays for a longer draft, than one of 2. `on_begin`
+    and `on_keep` see the history as a generation begins and after each round (the
+    memory keeps the running call's history to remember it)."""
+
+    def __init__(
+        self,
+        kind: str,
+        lookup: Callable[[Sequence[int], int], tuple[list[int], int]],
+        on_begin: Optional[Callable[[list[int]], None]] = None,
+        on_keep: Optional[Callable[[list[int]], None]] = None,
+    ) -> None:
+        super().__init__()
+        self.kind = kind
+        self._lookup = lookup
+        self._on_begin = on_begin
+        self._on_keep = on_keep
+
+    def begin(self, history: Sequence[int]) -> None:
+        if self._on_begin is not None:
+            self._on_begin(history)
+
+    def available(self, history: Sequence[int], max_tokens: int) -> int:
+        self.offer, m = self._lookup(history, max_tokens)
+        self.offer_name = recall_source(self.kind, m)
+        return len(self.offer)
+
+    def keep(self, history: Sequence[int]) -> None:
+        if self._on_keep is not None:
+            self._on_keep(history)

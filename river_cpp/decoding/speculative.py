@@ -22,16 +22,29 @@ import numbers
 import time
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from river_cpp.decoding.acceptance import Distribution, common_prefix, verify_drafts
 from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
-from river_cpp.decoding.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft, ngram_source
+from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS, memory_of
+from river_cpp.decoding.drafts import (
+    Draft,
+    LookupDraft,
+    ModelDraft,
+    NgramDraft,
+    Proposal,
+    RecallDraft,
+    RiverDraft,
+    ngram_source,
+    recall_source,
+)
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import Sampler
+from river_cpp.decoding.suffix_index import MATCH_BUCKETS
 from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import Step, prefill
 
@@ -49,6 +62,9 @@ DEFAULT_DRAFT_VOCAB: Optional[int] = None
 # each round the source the running statistics favour).
 DRAFTS = ("river+ngram", "river", "ngram")
 DEFAULT_DRAFT = "river+ngram"
+# Matches outside the context (earlier calls, a corpus) shorter than this are not
+# offered: two tokens of code recur everywhere with different continuations.
+RECALL_MIN_MATCH = 2
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,13 @@ class Speculative:
         either way: a token the draft cannot propose is the backbone's own next
         token after a rejection.
     ngram_min, ngram_max: the n-gram sizes matched in the context (longest first).
+    memory: with n-gram drafts, also draft from the model's memory of earlier calls
+        (their prompts and outputs; river_cpp.decoding.draft_memory), and remember
+        this call there. The memory is the model object's own.
+    memory_tokens: the memory's capacity in tokens (least recently used go first).
+    corpus: with n-gram drafts, also draft from these files and folders (a project's
+        code, text; river_cpp.decoding.draft_corpus): indexed once, cached on disk by
+        content, memory-mapped.
     """
 
     draft: Union[str, ExitPolicy, LanguageModel] = DEFAULT_DRAFT
@@ -83,6 +106,9 @@ class Speculative:
     draft_vocab: Optional[int] = DEFAULT_DRAFT_VOCAB
     ngram_min: int = DEFAULT_NGRAM_MIN
     ngram_max: int = DEFAULT_NGRAM_MAX
+    memory: bool = True
+    memory_tokens: int = DEFAULT_MEMORY_TOKENS
+    corpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.draft, str) and self.draft not in DRAFTS:
@@ -94,6 +120,10 @@ class Speculative:
             _check_int("draft_vocab", self.draft_vocab, 1, None)
         _check_int("ngram_min", self.ngram_min, 1, 16)
         _check_int("ngram_max", self.ngram_max, self.ngram_min, 16)
+        if not isinstance(self.memory, bool):
+            raise ValueError(f"memory must be True or False, got {self.memory!r}")
+        _check_int("memory_tokens", self.memory_tokens, 1, None)
+        object.__setattr__(self, "corpus", _corpus_paths(self.corpus))
 
     @property
     def uses_river(self) -> bool:
@@ -103,6 +133,15 @@ class Speculative:
     @property
     def uses_ngrams(self) -> bool:
         return self.draft in ("ngram", "river+ngram")
+
+
+def _corpus_paths(corpus: object) -> tuple[str, ...]:
+    """`corpus` (one path or a sequence of them) as a tuple of path strings."""
+    if isinstance(corpus, (str, Path)):
+        corpus = (corpus,)
+    if not isinstance(corpus, (tuple, list)) or not all(isinstance(p, (str, Path)) and str(p) for p in corpus):
+        raise ValueError(f"corpus must be a path or a sequence of paths, got {corpus!r}")
+    return tuple(str(p) for p in corpus)
 
 
 def _check_int(name: str, value: object, low: int, high: Optional[int]) -> None:
@@ -141,7 +180,10 @@ class SpeculativeStats:
     draft_seconds: float = 0.0  # spent drafting (forwards, lookups and choosing the drafted tokens)
     catch_up_seconds: float = 0.0  # of draft_seconds, a separate draft's catching its cache up (Proposal)
     verify_seconds: float = 0.0  # spent verifying (the backbone's forwards and the comparisons)
-    by_source: dict[str, SourceStats] = field(default_factory=dict)  # "river", "ngram1".., "plain"
+    by_source: dict[str, SourceStats] = field(default_factory=dict)  # "river", "ngram1".., "memory2".., "plain"
+    memory_tokens: int = 0  # tokens in the model's memory of earlier calls as this one began
+    memory_capacity: int = 0  # ... and its capacity (0: no memory drafted)
+    corpus_tokens: int = 0  # tokens in the corpus index (0: none)
 
     @property
     def acceptance_rate(self) -> float:
@@ -159,10 +201,16 @@ class SpeculativeStats:
             + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% accepted)" if s.drafted else "")
             for name, s in sorted(self.by_source.items())
         )
+        indexes = []
+        if self.memory_capacity:
+            indexes.append(f"memory {self.memory_tokens:,} of {self.memory_capacity:,} tokens")
+        if self.corpus_tokens:
+            indexes.append(f"corpus {self.corpus_tokens:,} tokens")
         return (
             f"speculative: {self.drafted} drafted, {self.accepted} accepted "
             f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify"
             + (f"; {sources}" if sources else "")
+            + (f"; {', '.join(indexes)}" if indexes else "")
         )
 
     def count(self, source: str, spans: Sequence[tuple[str, int]], n_accepted: int) -> None:
@@ -177,13 +225,33 @@ class SpeculativeStats:
 # ---------------------------------------------------------------- sources
 
 
-def _sources(model: LanguageModel, spec: Speculative, lengths: DraftLength) -> dict[str, Draft]:
-    """The draft sources `spec` names, by name ("river", "ngram", "model"); in the
-    portfolio the river copies n-gram matches midway where `lengths` says it pays."""
+def _sources(
+    model: LanguageModel, spec: Speculative, lengths: DraftLength, stats: SpeculativeStats
+) -> dict[str, Draft]:
+    """The draft sources `spec` names, by name ("river", "ngram", "memory", "corpus",
+    "model"); in the portfolio the river copies n-gram matches midway where `lengths`
+    says it pays. The sizes of the memory and corpus indexes go to `stats`."""
     sources: dict[str, Draft] = {}
     ngrams = None
     if spec.uses_ngrams:
         ngrams = sources["ngram"] = NgramDraft(spec.ngram_min, spec.ngram_max)
+    if spec.uses_ngrams and spec.memory:
+        memory = memory_of(model)
+        sources["memory"] = RecallDraft(
+            "memory",
+            lambda history, n: memory.propose(history, n, RECALL_MIN_MATCH),
+            on_begin=lambda history: memory.begin(history, spec.memory_tokens),
+            on_keep=memory.note,
+        )
+        stats.memory_capacity = spec.memory_tokens
+    if spec.uses_ngrams and spec.corpus:
+        from river_cpp.decoding.draft_corpus import load_corpus
+
+        corpus = load_corpus(model.tokenizer, spec.corpus)
+        sources["corpus"] = RecallDraft(
+            "corpus", lambda history, n: corpus.index.propose(history, n, RECALL_MIN_MATCH)[:2]
+        )
+        stats.corpus_tokens = corpus.tokens
     if spec.uses_river:
         policy = spec.draft if isinstance(spec.draft, ExitPolicy) else ExitPolicy.at_layer(0)
         sources["river"] = RiverDraft(model, policy, spec.draft_vocab, copies=ngrams, copy_pays=lengths.copy_pays)
@@ -193,8 +261,8 @@ def _sources(model: LanguageModel, spec: Speculative, lengths: DraftLength) -> d
 
 
 def _offer_name(name: str, source: Draft) -> str:
-    """The name drafting statistics are kept under: n-gram matches per size."""
-    return ngram_source(source.last_n) if isinstance(source, NgramDraft) else name
+    """The name drafting statistics are kept under: lookups per match size."""
+    return source.offer_name if isinstance(source, LookupDraft) else name
 
 
 # What each model has learned of its drafts' costs and acceptance, kept from one
@@ -206,9 +274,12 @@ _MAX_LEARNED_PER_MODEL = 16
 
 
 def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
-    """A fresh DraftLength for drafting as `spec` says: n-gram matches of its sizes
-    are free sources, and a round that p_min may end early gets the sure length."""
-    free = frozenset(ngram_source(n) for n in range(spec.ngram_min, spec.ngram_max + 1))
+    """A fresh DraftLength for drafting as `spec` says: n-gram matches of its sizes and
+    recalled matches (the draft memory, a corpus) are free sources, and a round that
+    p_min may end early gets the sure length."""
+    free = frozenset(ngram_source(n) for n in range(spec.ngram_min, spec.ngram_max + 1)) | frozenset(
+        recall_source(kind, m) for kind in ("memory", "corpus") for m in MATCH_BUCKETS
+    )
     return DraftLength(spec.max_draft, adaptive=adaptive, free_sources=free, ends_unsure=spec.p_min > 0.0)
 
 
@@ -221,7 +292,8 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
         draft: object = (tuple(spec.draft.resolve(model.n_layer)), spec.draft.signal)
     else:
         draft = spec.draft if isinstance(spec.draft, str) else id(spec.draft)
-    key = (draft, spec.max_draft, spec.p_min, spec.draft_vocab, spec.ngram_min, spec.ngram_max, model.n_threads, greedy)
+    key = (draft, spec.max_draft, spec.p_min, spec.draft_vocab, spec.ngram_min, spec.ngram_max)
+    key += (spec.memory, spec.corpus, model.n_threads, greedy)
     try:
         per_model = _learned.setdefault(model, {})
     except TypeError:  # a model that takes no weak references learns per generation
@@ -288,10 +360,12 @@ def speculative_step(
     greedy = sampler.params.temperature == 0.0
     n_layer = model.n_layer
     lengths = draft_length_for(model, spec, greedy)
-    sources = _sources(model, spec, lengths)
+    sources = _sources(model, spec, lengths, stats)
     history = list(prompt_ids)
     for source in sources.values():
         source.begin(history)
+    if "memory" in sources:
+        stats.memory_tokens = memory_of(model).tokens
     logits = prefill(model, prompt_ids, route="backbone")
     token = sampler(logits, history)
     history.append(token)
@@ -337,7 +411,7 @@ def speculative_step(
             unused={
                 offer: (len(source.offer), common_prefix(source.offer, new))
                 for offer, source in named.items()
-                if isinstance(source, NgramDraft)
+                if isinstance(source, LookupDraft)
             },
         )
         stats.rounds += 1

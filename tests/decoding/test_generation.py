@@ -298,8 +298,10 @@ def test_prompt_cache_reuses_the_common_prefix_and_matches_a_cold_run(model):
     first = model.generate(PROMPT, max_tokens=6)
     follow_up = first.prompt_token_ids + first.token_ids + model.tokenize(" and more", add_bos=False)
     reused = model.cached_prefix(follow_up)
-    # the last generated token was sampled but never fed
-    assert reused == len(first.prompt_token_ids) + len(first.token_ids) - 1
+    # the last generated token was sampled but never fed, unless a round verified it as
+    # a draft (an earlier test's call on this model may be in its draft memory)
+    n = len(first.prompt_token_ids) + len(first.token_ids)
+    assert reused == n - 1 or (reused == n and first.speculative.accepted > 0)
     fed = []
     forward = model.forward
     model.forward = lambda ids, **kw: fed.append(len(ids)) or forward(ids, **kw)

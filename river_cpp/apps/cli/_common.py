@@ -137,6 +137,7 @@ def add_signal_taus_argument(p: argparse.ArgumentParser) -> None:
 
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     """--speculative, --draft and the draft's options (generate, chat, serve, eval, humaneval)."""
+    from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS
     from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
     from river_cpp.decoding.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN, DRAFTS
 
@@ -187,6 +188,22 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"n-gram sizes matched in the context, longest first (default {DEFAULT_NGRAM_MAX})",
     )
+    group.add_argument(
+        "--draft-memory",
+        type=int,
+        default=DEFAULT_MEMORY_TOKENS,
+        metavar="N",
+        help="with n-gram drafts, also draft from the model's memory of earlier calls (prompts and "
+        f"outputs), at most N tokens, least recently used evicted; 0: none (default {DEFAULT_MEMORY_TOKENS})",
+    )
+    group.add_argument(
+        "--draft-corpus",
+        nargs="+",
+        default=None,
+        metavar="PATH",
+        help="with n-gram drafts, also draft from these files or folders of code or text (indexed once, "
+        "cached on disk by content)",
+    )
 
 
 def draft_settings(args: argparse.Namespace):
@@ -200,6 +217,9 @@ def draft_settings(args: argparse.Namespace):
         draft_vocab=args.draft_vocab or None,
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
+        memory=args.draft_memory > 0,
+        memory_tokens=max(args.draft_memory, 1),
+        corpus=tuple(args.draft_corpus or ()),
     )
 
 

@@ -42,6 +42,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="allow this browser origin (repeatable; default: http(s)://localhost pages only)",
     )
     p.add_argument("--insecure", action="store_true", help="allow binding a non-loopback address without --api-key")
+    p.add_argument(
+        "--share-drafts",
+        action="store_true",
+        help="draft from earlier requests' prompts and outputs (the model's draft memory): faster on "
+        "repeated work, but one client's text then shapes another's timing",
+    )
     add_model_arguments(p)
     add_speculative_arguments(p)  # with the model options: how a request whose river field does not say decodes
     p.set_defaults(run=run)
@@ -60,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=args.allowed_host,
         cors_origins=args.cors_origin,
         insecure=args.insecure,
+        share_drafts=args.share_drafts,
         **{name: value for name, value in limits.items() if value is not None},
     )
     config.check()  # before loading anything

@@ -8,6 +8,7 @@ What a request may say is river_cpp.apps.server.protocol's; running it is the wo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import sys
@@ -33,6 +34,7 @@ from river_cpp.apps.server.protocol import (
     too_large,
 )
 from river_cpp.apps.server.worker import Job, ModelWorker
+from river_cpp.decoding.decision import Decoding
 
 # Browser origins allowed by default: pages served from this machine.
 LOCAL_ORIGIN_REGEX = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
@@ -213,6 +215,8 @@ class Server:
             parsed = parse_request(
                 body, chat=chat, n_layer=model.n_layer, has_river=model.has_river, defaults=model.decoding()
             )
+            if not self.config.share_drafts:
+                parsed.options["decoding"] = _private_drafts(parsed.options["decoding"])
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
             await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
@@ -245,6 +249,16 @@ class Server:
                 raise too_large(self.config.max_body_bytes)
             parts.append(part)
         return b"".join(parts)
+
+
+def _private_drafts(decoding: Decoding) -> Decoding:
+    """`decoding` with a draft that leaves the model's memory of earlier requests alone
+    (neither drafting from it nor adding to it): without --share-drafts one client's
+    text must not shape another's drafts, and so its timing."""
+    spec = decoding.speculative
+    if spec is None or not spec.memory:
+        return decoding
+    return dataclasses.replace(decoding, speculative=dataclasses.replace(spec, memory=False))
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:

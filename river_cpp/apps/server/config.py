@@ -27,6 +27,8 @@ class ServerConfig:
     insecure: allow binding a non-loopback address without an API key.
     How a request decodes when its `river` field does not say is the served model's
     default (RiverModel's policy and speculative, as `river-cpp serve` resolved them).
+    share_drafts: requests draft from the model's memory of earlier requests (and add
+        theirs to it); off, no request's text reaches another's drafts (or timing).
     """
 
     host: str = "127.0.0.1"
@@ -38,6 +40,7 @@ class ServerConfig:
     cors_origins: Optional[Sequence[str]] = None
     insecure: bool = False
     keepalive_seconds: float = 10.0
+    share_drafts: bool = False
 
     def check(self) -> None:
         """ValueError for a configuration that must not run."""

@@ -198,3 +198,28 @@ def test_draft_vocab_option(given, expected):
     add_speculative_arguments(parser)
     spec = measured_draft(parser.parse_args(["--speculative", *given]), n_layer=4)
     assert spec.draft_vocab == expected
+
+
+def test_draft_memory_and_corpus_options(tmp_path):
+    import argparse
+
+    from river_cpp.apps.cli._common import add_speculative_arguments, speculative
+    from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS
+
+    parser = argparse.ArgumentParser()
+    add_speculative_arguments(parser)
+    spec = speculative(parser.parse_args(["--speculative"]))
+    assert spec.memory and spec.memory_tokens == DEFAULT_MEMORY_TOKENS and spec.corpus == ()
+    spec = speculative(parser.parse_args(["--speculative", "--draft-memory", "0", "--draft-corpus", "a", "b/c"]))
+    assert not spec.memory and spec.corpus == ("a", "b/c")
+    assert speculative(parser.parse_args(["--speculative", "--draft-memory", "1000"])).memory_tokens == 1000
+
+
+def test_generate_with_a_draft_corpus(tiny_llama4, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "notes.txt").write_text("Hello world, hello world.\n")
+    argv = ["generate", "Hello", "--model", str(tiny_llama4), "-n", "6", "--speculative", "-v"]
+    assert main([*argv, "--draft-corpus", str(tmp_path / "notes.txt")]) == 0
+    assert "corpus" in capsys.readouterr().err
+    assert main([*argv, "--draft-corpus", str(tmp_path / "missing")]) == 1
+    assert "corpus path not found" in capsys.readouterr().err

@@ -383,3 +383,22 @@ def test_a_full_queue_answers_503_with_retry_after(model):
         for caller in callers:
             caller.join(10)
         assert answers == [200, 200]
+
+
+@pytest.mark.parametrize("share_drafts", [False, True])
+def test_requests_share_the_draft_memory_only_where_the_operator_opts_in(tiny_llama4, share_drafts):
+    """Without --share-drafts no request drafts from, or adds to, the model's memory of
+    earlier calls; with it, each request's text is there for the next."""
+    from river_cpp.decoding.draft_memory import memory_of
+
+    body = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0}
+    with RiverModel(tiny_llama4, n_ctx=N_CTX, n_threads=2, progress=False) as fresh:
+        with live_server(lambda: fresh, share_drafts=share_drafts) as live:
+            assert live.worker.ready.wait(10)
+            for _ in range(3):
+                assert request(live.port, "POST", "/v1/completions", body)[0] == 200
+            speculative = {**body, "river": {"speculative": True}}
+            assert request(live.port, "POST", "/v1/completions", speculative)[0] == 200
+        # A direct call adds the last request to the memory if that request used it.
+        fresh.generate("Hello", max_tokens=2)
+        assert (memory_of(fresh).tokens > 0) == share_drafts

@@ -1,0 +1,1 @@
+"""shelf: a small library's books, members and loans."""
