@@ -7,6 +7,7 @@ is river_cpp.decoding.generation's; HTTP, its validation and SSE framing are riv
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import time
@@ -14,14 +15,24 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
+from river_cpp.apps.chat_template import chat_template
+from river_cpp.apps.structured import request_grammar
+from river_cpp.apps.tools import ToolCallStream, ToolRequest, call_grammar, call_syntax, check_tools, parse_tool_calls
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream
+from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.engine.context import ContextOverflowError, check_fits
 
 # What a chat message may say (llama.cpp's templates know these roles).
 CHAT_ROLES = ("system", "user", "assistant")
+# ... and what it may say when the template itself renders it (Jinja2).
+TEMPLATE_ROLES = (*CHAT_ROLES, "tool")
+# How chat messages become a prompt: "auto" renders with llama.cpp's built-in
+# renderer unless tools or tool messages need the template itself; "jinja" always
+# renders the GGUF's template with Jinja2 (as llama-cpp-python does).
+TEMPLATE_ENGINES = ("auto", "jinja")
 # finish_reason of a generation stopped through `cancel` (not one of OpenAI's).
 CANCELLED = "cancelled"
 
@@ -89,10 +100,12 @@ def _start(
     logprobs: Optional[int],
     policy: Optional[ExitPolicy],
     speculative: Any,
+    grammar: Optional[Grammar] = None,
+    add_bos: bool = True,
 ) -> tuple[GenerationStream, _Run]:
     """Check every option and tokenize; the (not yet running) stream and its record."""
     if isinstance(prompt, str):
-        prompt_ids = model.tokenize(prompt, add_bos=True, special=True)
+        prompt_ids = model.tokenize(prompt, add_bos=add_bos, special=True)
     else:
         prompt_ids = list(prompt)
     check_fits(len(prompt_ids), model.n_ctx)
@@ -108,6 +121,7 @@ def _start(
         logprobs=logprobs,
         policy=policy,
         speculative=speculative,
+        grammar=grammar,
     )
     # What the prompt cache will reuse, as the generation's own prefill will find it
     # (the model's lock is taken by the stream's first chunk, after this).
@@ -156,6 +170,26 @@ def _usage(model, run: _Run) -> dict[str, Any]:
 
 def _model_name(model, name: Optional[str]) -> str:
     return name if name is not None else os.path.basename(model.model_path)
+
+
+def sampling_of(base: SamplingParams, sampling: Optional[SamplingParams], options: dict[str, Any]) -> SamplingParams:
+    """A call's SamplingParams: `sampling` (else `base`, the endpoint's defaults) with
+    its options one by one; logit_bias may key token ids as strings (JSON's objects do)."""
+    bias = options.get("logit_bias")
+    if isinstance(bias, Mapping):
+        options = {**options, "logit_bias": {_token_key(k): v for k, v in bias.items()}}
+    elif bias is None:
+        options.pop("logit_bias", None)
+    return SamplingParams.of(sampling or base, **options)
+
+
+def _token_key(key: object) -> object:
+    if isinstance(key, str):
+        try:
+            return int(key)
+        except ValueError:
+            raise ValueError(f"logit_bias keys must be token ids, got {key!r}") from None
+    return key
 
 
 def _include_usage(stream_options: Optional[Mapping[str, Any]]) -> bool:
@@ -245,10 +279,14 @@ def create_completion(
     speculative: Any = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
+    grammar: Any = None,
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """A text completion of `prompt` as OpenAI's (and llama-cpp-python's) dict, or an
     iterator of its chunk dicts with stream=True.
+
+    grammar: a llama_cpp.LlamaGrammar, GBNF text or a compiled Grammar: only text it
+    allows (finish_reason "no_legal_token" where it allows no token at all).
 
     Sampling: `sampling` (a SamplingParams) and/or its settings one by one
     (temperature, top_p, top_k, min_p, repeat_penalty, seed, stop, ...); defaults are
@@ -272,10 +310,11 @@ def create_completion(
         model,
         prompt,
         max_tokens=max_tokens,
-        sampling=SamplingParams.of(sampling or COMPLETION_SAMPLING, **sampling_options),
+        sampling=sampling_of(COMPLETION_SAMPLING, sampling, sampling_options),
         logprobs=n_top,
         policy=policy,
         speculative=speculative,
+        grammar=request_grammar(model, grammar=grammar),
     )
     chunks = _run(generation, run, cancel)
     base = {
@@ -333,13 +372,24 @@ def _completion_chunks(
 # ---------------------------------------------------------------- chat
 
 
-def chat_prompt(model, messages: Sequence[Mapping[str, Any]]) -> str:
+def chat_prompt(
+    model,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    template_engine: str = "auto",
+) -> str:
     """The prompt text of OpenAI-style `messages` in the model's chat template.
 
     A message is {"role": "system" | "user" | "assistant", "content": text}; content
     may also be a list of {"type": "text", "text": ...} parts ("developer" is a system
-    message). Raises ValueError naming the first message that does not fit.
+    message). With `tools`, tool messages ({"role": "tool", "content": ...}) or an
+    assistant's `tool_calls`, or template_engine "jinja", the GGUF's template itself
+    renders them (river_cpp.apps.chat_template); otherwise llama.cpp's built-in renderer.
+    Raises ValueError naming the first message that does not fit.
     """
+    if template_engine not in TEMPLATE_ENGINES:
+        raise ValueError(f"template_engine must be one of {', '.join(TEMPLATE_ENGINES)}, got {template_engine!r}")
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ValueError("messages must be a non-empty list of messages")
     plain = []
@@ -348,10 +398,49 @@ def chat_prompt(model, messages: Sequence[Mapping[str, Any]]) -> str:
             raise ValueError(f"messages[{i}] must be an object")
         role = message.get("role")
         role = "system" if role == "developer" else role
-        if role not in CHAT_ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
-        plain.append({"role": role, "content": _content_text(message.get("content"), i)})
+        if role not in TEMPLATE_ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(TEMPLATE_ROLES)}, got {role!r}")
+        entry: dict[str, Any] = {"role": role, "content": _content_text(message.get("content"), i)}
+        if message.get("tool_calls"):
+            entry["tool_calls"] = _template_tool_calls(message["tool_calls"], i)
+        for key in ("tool_call_id", "name"):
+            if isinstance(message.get(key), str):
+                entry[key] = message[key]
+        plain.append(entry)
+    if renders_template(messages, tools=tools, template_engine=template_engine):
+        return chat_template(model.tokenizer).render(plain, tools=tools)
     return model.tokenizer.apply_chat_template(plain, add_assistant=True)
+
+
+def renders_template(
+    messages: Sequence[Mapping[str, Any]], *, tools: Optional[Sequence[Any]], template_engine: str
+) -> bool:
+    """Whether chat_prompt renders these messages with the template itself (Jinja2)."""
+    return (
+        template_engine == "jinja"
+        or bool(tools)
+        or any(isinstance(m, Mapping) and (m.get("role") == "tool" or m.get("tool_calls")) for m in messages)
+    )
+
+
+def _template_tool_calls(calls: object, i: int) -> list[dict[str, Any]]:
+    """An assistant message's OpenAI tool_calls as templates read them (arguments
+    as an object, as Hugging Face's templates expect)."""
+    if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
+        raise ValueError(f"messages[{i}].tool_calls must be a list")
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(f'messages[{i}].tool_calls entries must be {{"function": {{"name": ..., ...}}}}')
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:
+                raise ValueError(f"messages[{i}].tool_calls arguments must be JSON") from None
+        out.append({**call, "function": {"name": function["name"], "arguments": arguments}})
+    return out
 
 
 def _content_text(content: object, i: int) -> str:
@@ -383,15 +472,28 @@ def create_chat_completion(
     speculative: Any = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
+    grammar: Any = None,
+    response_format: Optional[Mapping[str, Any]] = None,
+    tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    tool_choice: Any = None,
+    template_engine: str = "auto",
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """The assistant's reply to `messages` as OpenAI's chat.completion dict, or an
     iterator of chat.completion.chunk dicts with stream=True.
 
-    The messages go through the model's chat template (chat_prompt); defaults are
+    The messages go through the model's chat template (chat_prompt; template_engine
+    "jinja" always renders the GGUF's template with Jinja2); defaults are
     llama-cpp-python's (CHAT_SAMPLING; max_tokens None: until the end of the turn or
     the context).
     logprobs=True adds {"content": [...]} with `top_logprobs` alternatives per token.
+    response_format: {"type": "json_object"} (any JSON object), with a "schema" (JSON
+    matching it; llama-cpp-python's form), or {"type": "json_schema", "json_schema":
+    {"schema": ...}} (OpenAI's); grammar: a llama_cpp.LlamaGrammar or GBNF text.
+    tools / tool_choice ("auto", "none", "required" or a named function): OpenAI's
+    tool calls in the model's own syntax, returned as message.tool_calls with
+    finish_reason "tool_calls"; "required" and a named function constrain the reply
+    to a call whose arguments match the function's schema.
     Every other option, the usage block and locking are as in create_completion.
     """
     if not isinstance(logprobs, bool):
@@ -400,40 +502,82 @@ def create_chat_completion(
     if n_top is not None and not logprobs:
         raise ValueError("top_logprobs needs logprobs=True")
     include_usage = _include_usage(stream_options)
-    prompt = chat_prompt(model, messages)
+    request = check_tools(tools, tool_choice)
+    syntax = None
+    if request is not None and request.parsed:
+        syntax = call_syntax(chat_template(model.tokenizer).source)
+    prompt = chat_prompt(
+        model, messages, tools=request.tools if request is not None else None, template_engine=template_engine
+    )
     generation, run = _start(
         model,
         prompt,
         max_tokens=max_tokens,
-        sampling=SamplingParams.of(sampling or CHAT_SAMPLING, **sampling_options),
+        sampling=sampling_of(CHAT_SAMPLING, sampling, sampling_options),
         logprobs=(n_top or 0) if logprobs else None,
         policy=policy,
         speculative=speculative,
+        grammar=_chat_grammar(model, request, syntax, grammar, response_format),
+        # a rendered template writes its own BOS where it wants one (llama-cpp-python's rule)
+        add_bos=not renders_template(messages, tools=tools, template_engine=template_engine),
     )
     chunks = _run(generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
     if stream:
-        return _chat_chunks(model, chunks, run, base, logprobs, include_usage)
+        return _chat_chunks(model, chunks, run, base, logprobs, include_usage, syntax)
     every = list(chunks)
+    message: dict[str, Any] = {"role": "assistant", "content": run.text}
+    finish_reason = run.finish_reason
+    if syntax is not None:
+        content, calls = parse_tool_calls(syntax, run.text)
+        if calls:
+            message = {"role": "assistant", "content": content, "tool_calls": calls}
+            finish_reason = "tool_calls"
     return {
         **base,
         "object": "chat.completion",
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": run.text},
+                "message": message,
                 "logprobs": _chat_logprobs(model, every) if logprobs else None,
-                "finish_reason": run.finish_reason,
+                "finish_reason": finish_reason,
             }
         ],
         "usage": _usage(model, run),
     }
 
 
+def _chat_grammar(
+    model,
+    request: Optional[ToolRequest],
+    syntax: Optional[str],
+    grammar: Any,
+    response_format: Optional[Mapping[str, Any]],
+) -> Optional[Grammar]:
+    """The grammar a chat request constrains its reply with: a forced tool call's, or
+    its own grammar / response_format's."""
+    if request is not None and request.constrained:
+        if grammar is not None or (response_format or {}).get("type", "text") != "text":
+            raise ValueError("a required or named tool_choice sets the reply's format: drop grammar, response_format")
+        gbnf, root = call_grammar(syntax, request)
+        return Grammar(model.tokenizer.vocab, model.tokenizer.n_vocab, gbnf, root)
+    return request_grammar(model, grammar=grammar, response_format=response_format)
+
+
 def _chat_chunks(
-    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+    model,
+    chunks: Iterator[GenerationChunk],
+    run: _Run,
+    base: dict[str, Any],
+    with_logprobs: bool,
+    include_usage: bool,
+    syntax: Optional[str] = None,
 ) -> Iterator[dict[str, Any]]:
+    """The chat chunk dicts; with a tool-call `syntax`, text that may be a call is held
+    back and a call is sent as OpenAI's tool_calls deltas at the end."""
     base = {**base, "object": "chat.completion.chunk"}
+    calls = ToolCallStream(syntax) if syntax is not None else None
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 
@@ -451,9 +595,22 @@ def _chat_chunks(
         yield chunk({"role": "assistant", "content": ""}, None)
         for piece in chunks:
             pending.append(piece)
-            if piece.text:
-                yield chunk({"content": piece.text}, None)
-        yield chunk({}, run.finish_reason)
+            text = calls.push(piece.text) if calls is not None else piece.text
+            if text:
+                yield chunk({"content": text}, None)
+        finish_reason = run.finish_reason
+        if calls is not None:
+            rest, tool_calls = calls.finish()
+            if rest:
+                yield chunk({"content": rest}, None)
+            for index, call in enumerate(tool_calls):
+                name, arguments = call["function"]["name"], call["function"]["arguments"]
+                opening = {"index": index, "id": call["id"], "type": "function"}
+                yield chunk({"tool_calls": [{**opening, "function": {"name": name, "arguments": ""}}]}, None)
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}, None)
+            if tool_calls:
+                finish_reason = "tool_calls"
+        yield chunk({}, finish_reason)
         if include_usage:
             yield {**base, "choices": [], "usage": _usage(model, run)}
     finally:

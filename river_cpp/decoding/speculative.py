@@ -29,9 +29,10 @@ import numpy as np
 from river_cpp.decoding.acceptance import Distribution, common_prefix, verify_drafts
 from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
 from river_cpp.decoding.drafts import Draft, ModelDraft, NgramDraft, Proposal, RiverDraft, ngram_source
+from river_cpp.decoding.grammar import Grammar, GrammarState
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.decoding.sampling import Sampler
+from river_cpp.decoding.sampling import NoLegalToken, Sampler
 from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import Step, prefill
 
@@ -232,9 +233,52 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
 # ---------------------------------------------------------------- the loop
 
 
-def _target(sampler: Sampler, logits: np.ndarray, history: list[int], drafts: list[int], j: int) -> Distribution:
-    """The backbone's sampling distribution at draft position j of a verify."""
-    return sampler.distribution(logits[j], history + drafts[:j])
+# The "token" a verify position yields where the grammar allows none: never a draft,
+# so the verify stops there, and the round ends the generation after the drafts kept.
+_DEAD_END = -1
+
+
+def _target(
+    sampler: Sampler,
+    logits: np.ndarray,
+    history: list[int],
+    drafts: list[int],
+    states: Optional[list[GrammarState]],
+    j: int,
+) -> Distribution:
+    """The backbone's sampling distribution at draft position j of a verify (masked by
+    the grammar's state after drafts[:j] when there is one)."""
+    if states is None:
+        return sampler.distribution(logits[j], history + drafts[:j])
+    try:
+        return sampler.distribution(logits[j], history + drafts[:j], states[j])
+    except NoLegalToken:
+        return np.array([_DEAD_END]), np.ones(1)
+
+
+def _grammar_states(state: GrammarState, drafts: list[int]) -> list[GrammarState]:
+    """The grammar's states before each of the longest prefix of `drafts` it allows and
+    after the last of them (one more than the drafts kept): a drafted token the grammar
+    forbids ends the draft before the verify."""
+    states = [state]
+    for token in drafts:
+        if not states[-1].allows(token):
+            break
+        after = states[-1].clone()
+        after.accept(token)
+        states.append(after)
+    return states
+
+
+def _cut(proposal: Proposal, n: int) -> None:
+    """Keep the first n drafted tokens of `proposal` (its spans with them)."""
+    del proposal.tokens[n:]
+    spans, left = [], n
+    for source, count in proposal.spans:
+        if left > 0:
+            spans.append((source, min(count, left)))
+        left -= count
+    proposal.spans = spans
 
 
 def speculative_step(
@@ -243,11 +287,15 @@ def speculative_step(
     sampler: Sampler,
     spec: Speculative,
     stats: Optional[SpeculativeStats] = None,
+    *,
+    grammar: Optional[Grammar] = None,
 ) -> Iterator[Step]:
     """generate_step's speculative twin: the backbone's tokens, several per forward.
 
     The prompt runs the full backbone. Each yielded Step carries the backbone's
-    logits at that position and exit layer n_layer (every token is verified).
+    logits at that position and exit layer n_layer (every token is verified). With a
+    `grammar`, drafts end at the first token it forbids and the verify compares with
+    the backbone's masked distribution: the tokens of plain constrained decoding.
     """
     if not isinstance(sampler, Sampler):
         raise TypeError("speculative decoding needs a river_cpp.decoding.sampling.Sampler (it compares distributions)")
@@ -259,8 +307,13 @@ def speculative_step(
     history = list(prompt_ids)
     for source in sources.values():
         source.begin(history)
+    state = grammar.start() if grammar is not None else None
     logits = prefill(model, prompt_ids, route="backbone")
-    token = sampler(logits, history)
+    if state is None:
+        token = sampler(logits, history)
+    else:
+        token = sampler(logits, history, state)
+        state.accept(token)
     history.append(token)
     for source in sources.values():
         source.keep(history)
@@ -279,6 +332,10 @@ def speculative_step(
                 offers[offer], named[offer] = available, source
         chosen, k = lengths.choose(model.n_ctx - start - 1, offers)
         proposal = named[chosen].propose(history, k, sampler, spec.p_min) if k else Proposal()
+        states = None
+        if state is not None:
+            states = _grammar_states(state, proposal.tokens)
+            _cut(proposal, len(states) - 1)
         drafts = proposal.tokens
         drafted_at = time.perf_counter()
 
@@ -286,10 +343,17 @@ def speculative_step(
         model.rewind(start)
         verify_logits = model.forward([history[-1]] + drafts, route="backbone")
         n_accepted, after = verify_drafts(
-            drafts, functools.partial(_target, sampler, verify_logits, history, drafts), sampler.peek(len(drafts) + 1)
+            drafts,
+            functools.partial(_target, sampler, verify_logits, history, drafts, states),
+            sampler.peek(len(drafts) + 1),
         )
-        new = drafts[:n_accepted] + [after]
+        dead_end = after == _DEAD_END
+        new = drafts[:n_accepted] + ([] if dead_end else [after])
         sampler.skip(len(new))
+        if states is not None:
+            state = states[n_accepted]
+            if not dead_end:
+                state.accept(after)
         verified_at = time.perf_counter()
 
         model.rewind(start + len(new))
@@ -319,3 +383,5 @@ def speculative_step(
             source.keep(history)
         for j, token in enumerate(new):
             yield Step(token, verify_logits[j], n_layer)
+        if dead_end:
+            raise NoLegalToken("the grammar allows no token here")
