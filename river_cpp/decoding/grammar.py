@@ -124,7 +124,7 @@ class GrammarState:
         if ids.size == 0:
             return np.zeros(0, dtype=bool)
         if ids.min() < 0 or ids.max() >= self._n_vocab:
-            raise ValueError(f"token ids must be in [0, {self._n_vocab})")
+            raise ValueError(f"token ids must be in the vocabulary [0, {self._n_vocab})")
         data = np.zeros(ids.size, dtype=_TOKEN_DATA)
         data["id"] = ids
         array = llama_cpp.llama_token_data_array(

@@ -270,17 +270,6 @@ def _grammar_states(state: GrammarState, drafts: list[int]) -> list[GrammarState
     return states
 
 
-def _cut(proposal: Proposal, n: int) -> None:
-    """Keep the first n drafted tokens of `proposal` (its spans with them)."""
-    del proposal.tokens[n:]
-    spans, left = [], n
-    for source, count in proposal.spans:
-        if left > 0:
-            spans.append((source, min(count, left)))
-        left -= count
-    proposal.spans = spans
-
-
 def speculative_step(
     model: LanguageModel,
     prompt_ids: Sequence[int],
@@ -331,11 +320,11 @@ def speculative_step(
                 offer = _offer_name(name, source)
                 offers[offer], named[offer] = available, source
         chosen, k = lengths.choose(model.n_ctx - start - 1, offers)
-        proposal = named[chosen].propose(history, k, sampler, spec.p_min) if k else Proposal()
+        proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
         states = None
         if state is not None:
             states = _grammar_states(state, proposal.tokens)
-            _cut(proposal, len(states) - 1)
+            proposal.keep_first(len(states) - 1)
         drafts = proposal.tokens
         drafted_at = time.perf_counter()
 
