@@ -213,8 +213,8 @@ class Server:
             model = self.worker.model
             parsed = parse_request(body, chat=chat, n_layer=model.n_layer, default_speculative=self.config.speculative)
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
-            await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             await asyncio.get_running_loop().run_in_executor(None, check_structured, model, parsed)
+            await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
             if not self.worker.submit(job):
                 raise busy(f"the server is busy ({self.worker.capacity} requests running or queued); retry later")
