@@ -218,9 +218,11 @@ def _is_shown(model, chunk: GenerationChunk) -> bool:
 class _CompletionLogprobs:
     """The legacy completions `logprobs` object, built a chunk at a time."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, prompt_chars: int = 0) -> None:
+        """`prompt_chars`: where the completion starts in prompt + completion (OpenAI's
+        text_offset counts from the prompt's start, as llama-cpp-python's does)."""
         self._model = model
-        self._offset = 0
+        self._offset = prompt_chars
 
     def of(self, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
         out: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
@@ -324,7 +326,8 @@ def create_completion(
         "model": _model_name(model, model_name),
     }
     if stream:
-        return _completion_chunks(model, chunks, run, base, n_top is not None, include_usage)
+        logprobs_of = _CompletionLogprobs(model, _prompt_chars(model, prompt)) if n_top is not None else None
+        return _completion_chunks(model, chunks, run, base, logprobs_of, include_usage)
     every = list(chunks)
     return {
         **base,
@@ -332,7 +335,9 @@ def create_completion(
             {
                 "text": run.text,
                 "index": 0,
-                "logprobs": _CompletionLogprobs(model).of(every) if n_top is not None else None,
+                "logprobs": _CompletionLogprobs(model, _prompt_chars(model, prompt)).of(every)
+                if n_top is not None
+                else None,
                 "finish_reason": run.finish_reason,
             }
         ],
@@ -340,10 +345,18 @@ def create_completion(
     }
 
 
+def _prompt_chars(model, prompt: Union[str, Sequence[int]]) -> int:
+    return len(prompt) if isinstance(prompt, str) else len(model.detokenize(prompt))
+
+
 def _completion_chunks(
-    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+    model,
+    chunks: Iterator[GenerationChunk],
+    run: _Run,
+    base: dict[str, Any],
+    logprobs: Optional[_CompletionLogprobs],
+    include_usage: bool,
 ) -> Iterator[dict[str, Any]]:
-    logprobs = _CompletionLogprobs(model)
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 
@@ -351,7 +364,7 @@ def _completion_chunks(
         choice = {
             "text": text,
             "index": 0,
-            "logprobs": logprobs.of(pending) if with_logprobs else None,
+            "logprobs": logprobs.of(pending) if logprobs is not None else None,
             "finish_reason": finish_reason,
         }
         pending.clear()
