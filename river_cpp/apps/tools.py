@@ -79,7 +79,7 @@ def check_tools(tools: Any, tool_choice: Any) -> Optional[ToolRequest]:
         names.add(name)
         parameters = function.get("parameters")
         if parameters is None:
-            function["parameters"] = {"type": "object", "properties": {}}
+            function["parameters"] = {"type": "object", "properties": {}, "additionalProperties": False}
         elif not isinstance(parameters, Mapping) or parameters.get("type", "object") != "object":
             raise ValueError(f"tools[{i}].function.parameters must be a JSON schema of an object")
         checked.append({"type": "function", "function": function})

@@ -24,7 +24,11 @@ def test_tool_choices():
     assert not check_tools([WEATHER], "none").parsed
     named = check_tools([WEATHER, CLOCK], {"type": "function", "function": {"name": "now"}})
     assert named.choice == "named" and named.named == "now" and named.constrained
-    assert named.tools[1]["function"]["parameters"] == {"type": "object", "properties": {}}
+    assert named.tools[1]["function"]["parameters"] == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
 
 
 @pytest.mark.parametrize(
