@@ -574,7 +574,7 @@ def _chat_grammar(
         if grammar is not None or (response_format or {}).get("type", "text") != "text":
             raise ValueError("a required or named tool_choice sets the reply's format: drop grammar, response_format")
         gbnf, root = call_grammar(syntax, request)
-        return Grammar(model.tokenizer.vocab, model.tokenizer.n_vocab, gbnf, root)
+        return Grammar(model.tokenizer, gbnf, root)
     return request_grammar(model, grammar=grammar, response_format=response_format)
 
 

@@ -71,5 +71,4 @@ def request_grammar(
         source = (from_format, "root")
     if source is None:
         return None
-    tokenizer = model.tokenizer
-    return Grammar(tokenizer.vocab, tokenizer.n_vocab, source[0], source[1])
+    return Grammar(model.tokenizer, source[0], source[1])

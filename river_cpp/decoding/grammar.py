@@ -86,24 +86,65 @@ class _StderrCapture:
         return next((line.strip() for line in lines if "recursion" in line or "rule" in line), "")
 
 
+class _FirstBytes:
+    """A vocabulary's tokens grouped by the first byte of their text, for forced():
+    a token is legal only if a token of its first byte alone is (a grammar takes a
+    prefix of what it takes), so the single-byte tokens tell which groups can hold
+    legal tokens at all."""
+
+    def __init__(self, tokenizer) -> None:
+        n_vocab = tokenizer.n_vocab
+        firsts = np.full(n_vocab, -1, dtype=np.int16)  # -1: no text (never legal) or end of generation
+        single = np.full(256, -1, dtype=np.int64)
+        for token in range(n_vocab):
+            if tokenizer.is_end_of_generation(token):
+                continue
+            piece = tokenizer.detokenize_bytes([token], special=True)
+            if piece:
+                firsts[token] = piece[0]
+                if len(piece) == 1:
+                    single[piece[0]] = token
+        self.end_of_generation = np.array(
+            [t for t in range(n_vocab) if tokenizer.is_end_of_generation(t)], dtype=np.int64
+        )
+        order = np.argsort(firsts, kind="stable")
+        bounds = np.searchsorted(firsts[order], np.arange(257))
+        self.groups = [order[bounds[b] : bounds[b + 1]] for b in range(256)]
+        present = np.array([self.groups[b].size > 0 for b in range(256)])
+        self.probes = single[present & (single >= 0)]  # one single-byte token per group that has one
+        self.probe_bytes = np.flatnonzero(present & (single >= 0))
+        # groups without a single-byte token are always searched in full
+        self.unprobed = np.concatenate([self.groups[b] for b in np.flatnonzero(present & (single < 0))] or [[]])
+        self.unprobed = self.unprobed.astype(np.int64)
+
+
+_first_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _first_bytes_of(tokenizer) -> _FirstBytes:
+    index = _first_bytes.get(tokenizer)
+    if index is None:
+        index = _first_bytes[tokenizer] = _FirstBytes(tokenizer)
+    return index
+
+
 class Grammar:
-    """A GBNF grammar compiled for one vocabulary; start() gives its initial state.
+    """A GBNF grammar compiled for one tokenizer's vocabulary (river_cpp.engine.tokenizer.
+    Tokenizer, which must outlive the grammar and its states); start() gives its
+    initial state."""
 
-    `vocab` is a llama.cpp vocabulary pointer (river_cpp.engine.tokenizer.Tokenizer.vocab),
-    which must outlive the grammar and its states.
-    """
-
-    def __init__(self, vocab: Any, n_vocab: int, gbnf: str, root: str = "root") -> None:
+    def __init__(self, tokenizer, gbnf: str, root: str = "root") -> None:
         if not isinstance(gbnf, str) or not gbnf.strip():
             raise GrammarError("the grammar is empty")
         self.gbnf, self.root = gbnf, root
-        self._vocab, self.n_vocab = vocab, int(n_vocab)
+        self._tokenizer = tokenizer
+        self.n_vocab = int(tokenizer.n_vocab)
         with _StderrCapture() as log:
-            initial = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
+            initial = llama_cpp.llama_sampler_init_grammar(tokenizer.vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
         if not initial:
             reason = log.reason() or f"a syntax error, an undefined rule, left recursion, or no rule {root!r}"
             raise GrammarError(f"llama.cpp cannot compile the grammar: {reason}")
-        self._initial = GrammarState(initial, self.n_vocab)
+        self._initial = GrammarState(initial, self.n_vocab, lambda: _first_bytes_of(tokenizer))
 
     def start(self) -> GrammarState:
         """The state before any token."""
@@ -113,9 +154,10 @@ class Grammar:
 class GrammarState:
     """The grammar after the tokens accepted so far (a llama.cpp grammar sampler)."""
 
-    def __init__(self, sampler: Any, n_vocab: int) -> None:
+    def __init__(self, sampler: Any, n_vocab: int, first_bytes: Any) -> None:
         self._sampler = sampler
         self._n_vocab = n_vocab
+        self._first_bytes = first_bytes  # () -> _FirstBytes, built on first use
         self._free = weakref.finalize(self, llama_cpp.llama_sampler_free, sampler)
 
     def allowed(self, ids: np.ndarray) -> np.ndarray:
@@ -137,9 +179,21 @@ class GrammarState:
         return bool(self.allowed(np.array([token]))[0])
 
     def forced(self) -> Optional[int]:
-        """The one token the grammar allows next, or None when it allows several or none
-        (asks about the whole vocabulary)."""
-        legal = np.flatnonzero(self.allowed(np.arange(self._n_vocab)))
+        """The one token the grammar allows next, or None when it allows several or none.
+
+        Asks about one single-byte token per first byte first: two legal ones mean two
+        legal tokens; one means only tokens of that first byte can be legal, and only
+        those (with the end-of-generation tokens and the bytes without a single-byte
+        token) are asked about."""
+        index = self._first_bytes()
+        legal_bytes = index.probe_bytes[self.allowed(index.probes)]
+        if legal_bytes.size > 1:
+            return None
+        candidates = [index.end_of_generation, index.unprobed]
+        if legal_bytes.size == 1:
+            candidates.append(index.groups[int(legal_bytes[0])])
+        candidates = np.concatenate(candidates)
+        legal = candidates[self.allowed(candidates)]
         return int(legal[0]) if legal.size == 1 else None
 
     def accept(self, token: int) -> None:
@@ -150,4 +204,4 @@ class GrammarState:
 
     def clone(self) -> GrammarState:
         """An independent copy of this state."""
-        return GrammarState(llama_cpp.llama_sampler_clone(self._sampler), self._n_vocab)
+        return GrammarState(llama_cpp.llama_sampler_clone(self._sampler), self._n_vocab, self._first_bytes)

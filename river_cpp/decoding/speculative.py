@@ -137,7 +137,8 @@ class SpeculativeStats:
     rounds: int = 0  # backbone verify forwards
     drafted: int = 0  # tokens the drafts proposed
     accepted: int = 0  # drafted tokens the backbone kept
-    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own)
+    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own + forced)
+    forced: int = 0  # tokens a grammar allowed alone: taken without a draft or a forward of their own
     draft_forwards: int = 0  # single-token forwards of a river or model draft
     draft_seconds: float = 0.0  # spent drafting (forwards, lookups and choosing the drafted tokens)
     catch_up_seconds: float = 0.0  # of draft_seconds, a separate draft's catching its cache up (Proposal)
@@ -256,6 +257,19 @@ def _target(
         return np.array([_DEAD_END]), np.ones(1)
 
 
+def _forced_tokens(model: LanguageModel, state: GrammarState, limit: int) -> list[int]:
+    """The tokens the grammar allows alone from `state` on (at most `limit`, never an
+    end of generation), accepted into `state`."""
+    forced: list[int] = []
+    while len(forced) < limit:
+        token = state.forced()
+        if token is None or model.tokenizer.is_end_of_generation(token):
+            break
+        state.accept(token)
+        forced.append(token)
+    return forced
+
+
 def _grammar_states(state: GrammarState, drafts: list[int]) -> list[GrammarState]:
     """The grammar's states before each of the longest prefix of `drafts` it allows and
     after the last of them (one more than the drafts kept): a drafted token the grammar
@@ -313,13 +327,23 @@ def speculative_step(
             return
 
         began = time.perf_counter()
+        # Tokens the grammar leaves no choice about are taken without a draft or a
+        # forward of their own (each still uses its draw, as in the plain loop); their
+        # K/V and logits come with this round's verify.
+        forced = _forced_tokens(model, state, min(spec.max_draft, model.n_ctx - start - 2)) if state else []
+        if forced:
+            sampler.skip(len(forced))
+            history += forced
+            for source in sources.values():
+                source.keep(history)
+        base = len(forced)  # verify rows before the first draft's
         offers, named = {}, {}
         for name, source in sources.items():
             available = source.available(history, spec.max_draft)
             if available:
                 offer = _offer_name(name, source)
                 offers[offer], named[offer] = available, source
-        chosen, k = lengths.choose(model.n_ctx - start - 1, offers)
+        chosen, k = lengths.choose(model.n_ctx - start - 1 - base, offers)
         proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
         states = None
         if state is not None:
@@ -328,12 +352,13 @@ def speculative_step(
         drafts = proposal.tokens
         drafted_at = time.perf_counter()
 
-        # Verify: the last accepted token and the drafts in one backbone forward.
+        # Verify: the last accepted token (after any forced ones) and the drafts in
+        # one backbone forward.
         model.rewind(start)
-        verify_logits = model.forward([history[-1]] + drafts, route="backbone")
+        verify_logits = model.forward(history[start:] + drafts, route="backbone")
         n_accepted, after = verify_drafts(
             drafts,
-            functools.partial(_target, sampler, verify_logits, history, drafts, states),
+            functools.partial(_target, sampler, verify_logits[base:], history, drafts, states),
             sampler.peek(len(drafts) + 1),
         )
         dead_end = after == _DEAD_END
@@ -345,7 +370,7 @@ def speculative_step(
                 state.accept(after)
         verified_at = time.perf_counter()
 
-        model.rewind(start + len(new))
+        model.rewind(start + base + len(new))
         lengths.observe(
             n_drafted=len(drafts),
             n_accepted=n_accepted,
@@ -358,7 +383,8 @@ def speculative_step(
         stats.rounds += 1
         stats.drafted += len(drafts)
         stats.accepted += n_accepted
-        stats.generated += len(new)
+        stats.generated += base + len(new)
+        stats.forced += base
         stats.draft_forwards += proposal.forwards
         stats.draft_seconds += drafted_at - began
         stats.catch_up_seconds += proposal.catch_up_seconds
@@ -370,7 +396,7 @@ def speculative_step(
         history += new
         for source in sources.values():
             source.keep(history)
-        for j, token in enumerate(new):
+        for j, token in enumerate(forced + new):
             yield Step(token, verify_logits[j], n_layer)
         if dead_end:
             raise NoLegalToken("the grammar allows no token here")

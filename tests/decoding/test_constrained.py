@@ -38,7 +38,7 @@ def model(tiny_llama: Path, tmp_path_factory) -> RiverModel:
 
 
 def grammar(model: RiverModel, gbnf: str) -> Grammar:
-    return Grammar(model.tokenizer.vocab, model.tokenizer.n_vocab, gbnf)
+    return Grammar(model.tokenizer, gbnf)
 
 
 def run(model, gbnf, speculative, **options):
@@ -89,3 +89,15 @@ def test_a_forbidden_draft_ends_the_draft_before_the_verify(model):
     proposal.keep_first(len(states) - 1)
     assert proposal.tokens == list(a) and proposal.spans == [("ngram3", 1)]
     assert len(states) == 2 and states[1].allows(model.tokenize("b", add_bos=False)[0])
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+def test_tokens_the_grammar_forces_come_free_and_exact(model, seed):
+    gbnf = 'root ::= "<tool_call>\\n{" [a-z]{1,6} "}\\n</tool_call>"'
+    sampling = SamplingParams(temperature=0.0 if seed is None else 1.0, seed=seed)
+    plain = run(model, gbnf, False, sampling=sampling)
+    drafted = run(model, gbnf, Speculative(draft="ngram"), sampling=sampling)
+    assert drafted.token_ids == plain.token_ids
+    assert drafted.text.startswith("<tool_call>\n{")
+    assert drafted.speculative.forced > 0
+    assert drafted.speculative.rounds < len(drafted.token_ids)

@@ -20,7 +20,7 @@ def tokenizer(demo_model: Path) -> Tokenizer:
 
 
 def compile(tokenizer: Tokenizer, gbnf: str, root: str = "root") -> Grammar:
-    return Grammar(tokenizer.vocab, tokenizer.n_vocab, gbnf, root)
+    return Grammar(tokenizer, gbnf, root)
 
 
 def legal_pieces(tokenizer: Tokenizer, state) -> set[str]:
@@ -56,14 +56,35 @@ def test_a_forbidden_token_is_an_error_not_an_abort(tokenizer):
     state.accept(tokenizer.tokenize("x", add_bos=False)[0])  # still usable
 
 
-def test_forced_names_a_single_legal_token(tokenizer):
-    state = compile(tokenizer, 'root ::= "x" "y"').start()
-    # "x" and "xy" may both be single tokens: forced is None then, or the one token
-    first = state.forced()
-    if first is not None:
-        assert tokenizer.detokenize([first]) in ("x", "xy")
-    nothing = compile(tokenizer, 'root ::= "\\x00"').start()
-    assert nothing.forced() is None and not state.allowed(np.arange(10)).all()
+def brute_force_forced(tokenizer: Tokenizer, state):
+    legal = np.flatnonzero(state.allowed(np.arange(tokenizer.n_vocab)))
+    return int(legal[0]) if legal.size == 1 else None
+
+
+@pytest.mark.parametrize(
+    "gbnf",
+    [
+        'root ::= "<tool_call>\\n" [a-z]+ "\\n</tool_call>"',
+        'root ::= "\\u00e9t\\u00e9" | "x"',  # a two-byte character
+        schema_grammar({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}),
+        'root ::= "a" "\\x00"',  # nothing after "a"
+    ],
+)
+def test_forced_agrees_with_asking_about_every_token(tokenizer, gbnf):
+    state = compile(tokenizer, gbnf).start()
+    rng = np.random.default_rng(0)
+    n_forced = 0
+    for _ in range(24):
+        expected = brute_force_forced(tokenizer, state)
+        assert state.forced() == expected
+        n_forced += expected is not None
+        legal = np.flatnonzero(state.allowed(np.arange(tokenizer.n_vocab)))
+        legal = [t for t in legal if not tokenizer.is_end_of_generation(int(t))]
+        if not legal:
+            break
+        state.accept(int(rng.choice(legal)))
+    if gbnf.startswith('root ::= "<tool_call>'):
+        assert n_forced > 0  # "\n" after the tag, for one
 
 
 @pytest.mark.parametrize(
