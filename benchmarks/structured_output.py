@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("-r", "--repeats", type=int, default=3)
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--json", help="write every run here")
     args = parser.parse_args()
 
@@ -135,7 +136,8 @@ def main() -> None:
         }
 
     runs: list[dict[str, Any]] = []
-    for task, (prompt, schema) in TASKS.items():
+    tasks = {name: TASKS[name] for name in args.tasks}
+    for task, (prompt, schema) in tasks.items():
         messages = [{"role": "user", "content": prompt}]
         calls = configs(messages, schema)
         for repeat in range(args.repeats):
@@ -152,7 +154,7 @@ def main() -> None:
 
     print("\n| task | configuration | tokens | median s | ratio to river plain | same text as river plain |")
     print("|---|---|---|---|---|---|")
-    for task in TASKS:
+    for task in tasks:
         mine = [r for r in runs if r["task"] == task]
         plain = [r for r in mine if r["config"] == "river plain"]
         plain_seconds = statistics.median(r["seconds"] for r in plain)
@@ -164,7 +166,7 @@ def main() -> None:
                 f"| {task} | {name} | {these[0]['tokens']} | {seconds:.2f} | {plain_seconds / seconds:.2f}x | "
                 f"{'yes' if same else 'NO'} |"
             )
-    for task in TASKS:
+    for task in tasks:
         text = next(r["text"] for r in runs if r["task"] == task and r["config"] == "river plain")
         try:
             json.loads(text)
