@@ -330,7 +330,8 @@ def speculative_step(
         # Tokens the grammar leaves no choice about are taken without a draft or a
         # forward of their own (each still uses its draw, as in the plain loop); their
         # K/V and logits come with this round's verify.
-        forced = _forced_tokens(model, state, min(spec.max_draft, model.n_ctx - start - 2)) if state else []
+        limit = min(spec.max_draft, model.n_ctx - start - 2)
+        forced = _forced_tokens(model, state, limit) if state is not None else []
         if forced:
             sampler.skip(len(forced))
             history += forced
