@@ -147,10 +147,9 @@ def main() -> None:
                     {"task": task, "config": name, "repeat": repeat, "seconds": seconds, "tokens": tokens, "text": text}
                 )
                 print(f"{task} {name} #{repeat}: {tokens} tokens in {seconds:.2f} s", flush=True)
-
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"model": path, "threads": args.threads, "runs": runs}, f, indent=1)
+                if args.json:  # after every run: a long benchmark stopped early keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump({"model": path, "threads": args.threads, "runs": runs}, f, indent=1)
 
     print("\n| task | configuration | tokens | median s | ratio to river plain | same text as river plain |")
     print("|---|---|---|---|---|---|")
