@@ -25,6 +25,7 @@ _EXPORTS = {
     "ExitStats": "river_cpp.decoding.exit_stats",
     "GenerationChunk": "river_cpp.decoding.generation",
     "GenerationResult": "river_cpp.decoding.generation",
+    "Llama": "river_cpp.apps.llama",
     "RiverError": "river_cpp.engine._core",
     "RiverModel": "river_cpp.engine.model",
     "SamplingParams": "river_cpp.decoding.sampling",
@@ -39,6 +40,7 @@ __all__ = [
     "ExitStats",
     "GenerationChunk",
     "GenerationResult",
+    "Llama",
     "RiverError",
     "RiverModel",
     "SamplingParams",
@@ -64,6 +66,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from river_cpp.apps.info import system_info
+    from river_cpp.apps.llama import Llama
     from river_cpp.decoding.exit_stats import ExitStats
     from river_cpp.decoding.generation import GenerationChunk, GenerationResult
     from river_cpp.decoding.policy import ExitPolicy

@@ -450,3 +450,52 @@ def not_a_gguf(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("broken") / "not_a_model.gguf"
     path.write_text("This is not a GGUF file.\n")
     return path
+
+
+# A chat template that renders tools and tool calls in the "hermes" syntax (Qwen2.5's),
+# for the tiny models: river_cpp.apps.tools and the server's tool calls run on it.
+HERMES_TEMPLATE = """{%- if tools %}<|im_start|>system
+You can call these tools:
+<tools>{% for tool in tools %}
+{{ tool | tojson }}{% endfor %}
+</tools>
+Call one as <tool_call>
+{"name": <name>, "arguments": <args>}
+</tool_call><|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == "tool" %}<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% elif message.tool_calls %}<|im_start|>assistant
+{% for call in message.tool_calls %}<tool_call>
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% else %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+class _TemplateField:
+    """A tokenizer.chat_template metadata field as gguf_files.add_fields copies it."""
+
+    name = gguf.Keys.Tokenizer.CHAT_TEMPLATE
+    types = [gguf.GGUFValueType.STRING]
+
+    def __init__(self, template: str) -> None:
+        self._template = template
+
+    def contents(self) -> str:
+        return self._template
+
+
+@pytest.fixture(scope="session")
+def tiny_tools_llama(tmp_path_factory, tokenizer_fields) -> Path:
+    """tiny_llama's weights with HERMES_TEMPLATE as its chat template."""
+    fields = [f for f in tokenizer_fields if f.name != gguf.Keys.Tokenizer.CHAT_TEMPLATE]
+    path = tmp_path_factory.mktemp("tiny_tools") / "tiny_tools_llama.gguf"
+    return write_tiny_gguf(path, [*fields, _TemplateField(HERMES_TEMPLATE)], seed=4)

@@ -7,6 +7,7 @@ is river_cpp.decoding.generation's; HTTP, its validation and SSE framing are riv
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import time
@@ -14,15 +15,25 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
+from river_cpp.apps.chat_template import chat_template
+from river_cpp.apps.structured import request_grammar
+from river_cpp.apps.tools import ToolCallStream, ToolRequest, call_grammar, call_syntax, check_tools, parse_tool_calls
 from river_cpp.decoding.decision import Decoding, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream
+from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.engine.context import ContextOverflowError, check_fits
 
 # What a chat message may say (llama.cpp's templates know these roles).
 CHAT_ROLES = ("system", "user", "assistant")
+# ... and what it may say when the template itself renders it (Jinja2).
+TEMPLATE_ROLES = (*CHAT_ROLES, "tool")
+# How chat messages become a prompt: "auto" renders with llama.cpp's built-in
+# renderer unless tools or tool messages need the template itself; "jinja" always
+# renders the GGUF's template with Jinja2 (as llama-cpp-python does).
+TEMPLATE_ENGINES = ("auto", "jinja")
 # finish_reason of a generation stopped through `cancel` (not one of OpenAI's).
 CANCELLED = "cancelled"
 
@@ -83,10 +94,12 @@ def _start(
     max_tokens: Optional[int],
     decoding: Decoding,
     logprobs: Optional[int],
+    grammar: Optional[Grammar] = None,
+    add_bos: bool = True,
 ) -> tuple[GenerationStream, _Run]:
     """Check every option and tokenize; the (not yet running) stream and its record."""
     if isinstance(prompt, str):
-        prompt_ids = model.tokenize(prompt, add_bos=True, special=True)
+        prompt_ids = model.tokenize(prompt, add_bos=add_bos, special=True)
     else:
         prompt_ids = list(prompt)
     check_fits(len(prompt_ids), model.n_ctx)
@@ -94,7 +107,9 @@ def _start(
         isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
     ):
         max_tokens = model.n_ctx  # llama-cpp-python: None or <= 0 generates until the context is full
-    stream = model.generate(prompt_ids, stream=True, max_tokens=max_tokens, logprobs=logprobs, decoding=decoding)
+    stream = model.generate(
+        prompt_ids, stream=True, max_tokens=max_tokens, logprobs=logprobs, decoding=decoding, grammar=grammar
+    )
     # What the prompt cache will reuse, as the generation's own prefill will find it
     # (the model's lock is taken by the stream's first chunk, after this).
     cached = model.reusable_prefix(prompt_ids, decoding)
@@ -113,7 +128,8 @@ def _decoding(
     """The call's Decoding: `decoding` as given, or its options resolved by the model
     (river_cpp.decoding.decision) with the defaults of entry `kind`."""
     if decoding is None:
-        return model.decoding(kind, policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
+        options = _sampling_options(sampling_options)
+        return model.decoding(kind, policy=policy, speculative=speculative, sampling=sampling, **options)
     check_alone(policy, speculative, sampling, dict(sampling_options))
     return decoding
 
@@ -161,6 +177,27 @@ def _model_name(model, name: Optional[str]) -> str:
     return name if name is not None else os.path.basename(model.model_path)
 
 
+def _sampling_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's sampling settings one by one, as SamplingParams takes them: logit_bias
+    may key token ids as strings (JSON's objects do), and None means none."""
+    options = dict(options)
+    bias = options.get("logit_bias")
+    if isinstance(bias, Mapping):
+        options["logit_bias"] = {_token_key(k): v for k, v in bias.items()}
+    elif bias is None:
+        options.pop("logit_bias", None)
+    return options
+
+
+def _token_key(key: object) -> object:
+    if isinstance(key, str):
+        try:
+            return int(key)
+        except ValueError:
+            raise ValueError(f"logit_bias keys must be token ids, got {key!r}") from None
+    return key
+
+
 def _include_usage(stream_options: Optional[Mapping[str, Any]]) -> bool:
     if stream_options is None:
         return False
@@ -187,9 +224,11 @@ def _is_shown(model, chunk: GenerationChunk) -> bool:
 class _CompletionLogprobs:
     """The legacy completions `logprobs` object, built a chunk at a time."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, prompt_chars: int = 0) -> None:
+        """`prompt_chars`: where the completion starts in prompt + completion (OpenAI's
+        text_offset counts from the prompt's start, as llama-cpp-python's does)."""
         self._model = model
-        self._offset = 0
+        self._offset = prompt_chars
 
     def of(self, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
         out: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
@@ -249,10 +288,14 @@ def create_completion(
     decoding: Optional[Decoding] = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
+    grammar: Any = None,
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """A text completion of `prompt` as OpenAI's (and llama-cpp-python's) dict, or an
     iterator of its chunk dicts with stream=True.
+
+    grammar: a llama_cpp.LlamaGrammar, GBNF text or a compiled Grammar: only text it
+    allows (finish_reason "no_legal_token" where it allows no token at all).
 
     Sampling: `sampling` (a SamplingParams) and/or its settings one by one
     (temperature, top_p, top_k, min_p, repeat_penalty, seed, stop, ...); defaults are
@@ -274,7 +317,14 @@ def create_completion(
     n_top = _check_top_logprobs("logprobs", logprobs)
     include_usage = _include_usage(stream_options)
     decoding = _decoding(model, "completion", decoding, policy, speculative, sampling, sampling_options)
-    generation, run = _start(model, prompt, max_tokens=max_tokens, decoding=decoding, logprobs=n_top)
+    generation, run = _start(
+        model,
+        prompt,
+        max_tokens=max_tokens,
+        decoding=decoding,
+        logprobs=n_top,
+        grammar=request_grammar(model, grammar=grammar),
+    )
     chunks = _run(generation, run, cancel)
     base = {
         "id": f"cmpl-{uuid.uuid4().hex}",
@@ -283,7 +333,8 @@ def create_completion(
         "model": _model_name(model, model_name),
     }
     if stream:
-        return _completion_chunks(model, chunks, run, base, n_top is not None, include_usage)
+        logprobs_of = _CompletionLogprobs(model, _prompt_chars(model, prompt)) if n_top is not None else None
+        return _completion_chunks(model, chunks, run, base, logprobs_of, include_usage)
     every = list(chunks)
     return {
         **base,
@@ -291,7 +342,9 @@ def create_completion(
             {
                 "text": run.text,
                 "index": 0,
-                "logprobs": _CompletionLogprobs(model).of(every) if n_top is not None else None,
+                "logprobs": _CompletionLogprobs(model, _prompt_chars(model, prompt)).of(every)
+                if n_top is not None
+                else None,
                 "finish_reason": run.finish_reason,
             }
         ],
@@ -299,10 +352,18 @@ def create_completion(
     }
 
 
+def _prompt_chars(model, prompt: Union[str, Sequence[int]]) -> int:
+    return len(prompt) if isinstance(prompt, str) else len(model.detokenize(prompt))
+
+
 def _completion_chunks(
-    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+    model,
+    chunks: Iterator[GenerationChunk],
+    run: _Run,
+    base: dict[str, Any],
+    logprobs: Optional[_CompletionLogprobs],
+    include_usage: bool,
 ) -> Iterator[dict[str, Any]]:
-    logprobs = _CompletionLogprobs(model)
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 
@@ -310,7 +371,7 @@ def _completion_chunks(
         choice = {
             "text": text,
             "index": 0,
-            "logprobs": logprobs.of(pending) if with_logprobs else None,
+            "logprobs": logprobs.of(pending) if logprobs is not None else None,
             "finish_reason": finish_reason,
         }
         pending.clear()
@@ -331,13 +392,24 @@ def _completion_chunks(
 # ---------------------------------------------------------------- chat
 
 
-def chat_prompt(model, messages: Sequence[Mapping[str, Any]]) -> str:
+def chat_prompt(
+    model,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    template_engine: str = "auto",
+) -> str:
     """The prompt text of OpenAI-style `messages` in the model's chat template.
 
     A message is {"role": "system" | "user" | "assistant", "content": text}; content
     may also be a list of {"type": "text", "text": ...} parts ("developer" is a system
-    message). Raises ValueError naming the first message that does not fit.
+    message). With `tools`, tool messages ({"role": "tool", "content": ...}) or an
+    assistant's `tool_calls`, or template_engine "jinja", the GGUF's template itself
+    renders them (river_cpp.apps.chat_template); otherwise llama.cpp's built-in renderer.
+    Raises ValueError naming the first message that does not fit.
     """
+    if template_engine not in TEMPLATE_ENGINES:
+        raise ValueError(f"template_engine must be one of {', '.join(TEMPLATE_ENGINES)}, got {template_engine!r}")
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ValueError("messages must be a non-empty list of messages")
     plain = []
@@ -346,10 +418,49 @@ def chat_prompt(model, messages: Sequence[Mapping[str, Any]]) -> str:
             raise ValueError(f"messages[{i}] must be an object")
         role = message.get("role")
         role = "system" if role == "developer" else role
-        if role not in CHAT_ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
-        plain.append({"role": role, "content": _content_text(message.get("content"), i)})
+        if role not in TEMPLATE_ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(TEMPLATE_ROLES)}, got {role!r}")
+        entry: dict[str, Any] = {"role": role, "content": _content_text(message.get("content"), i)}
+        if message.get("tool_calls"):
+            entry["tool_calls"] = _template_tool_calls(message["tool_calls"], i)
+        for key in ("tool_call_id", "name"):
+            if isinstance(message.get(key), str):
+                entry[key] = message[key]
+        plain.append(entry)
+    if renders_template(messages, tools=tools, template_engine=template_engine):
+        return chat_template(model.tokenizer).render(plain, tools=tools)
     return model.tokenizer.apply_chat_template(plain, add_assistant=True)
+
+
+def renders_template(
+    messages: Sequence[Mapping[str, Any]], *, tools: Optional[Sequence[Any]], template_engine: str
+) -> bool:
+    """Whether chat_prompt renders these messages with the template itself (Jinja2)."""
+    return (
+        template_engine == "jinja"
+        or bool(tools)
+        or any(isinstance(m, Mapping) and (m.get("role") == "tool" or m.get("tool_calls")) for m in messages)
+    )
+
+
+def _template_tool_calls(calls: object, i: int) -> list[dict[str, Any]]:
+    """An assistant message's OpenAI tool_calls as templates read them (arguments
+    as an object, as Hugging Face's templates expect)."""
+    if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
+        raise ValueError(f"messages[{i}].tool_calls must be a list")
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(f'messages[{i}].tool_calls entries must be {{"function": {{"name": ..., ...}}}}')
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:
+                raise ValueError(f"messages[{i}].tool_calls arguments must be JSON") from None
+        out.append({**call, "function": {"name": function["name"], "arguments": arguments}})
+    return out
 
 
 def _content_text(content: object, i: int) -> str:
@@ -382,15 +493,28 @@ def create_chat_completion(
     decoding: Optional[Decoding] = None,
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
+    grammar: Any = None,
+    response_format: Optional[Mapping[str, Any]] = None,
+    tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    tool_choice: Any = None,
+    template_engine: str = "auto",
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """The assistant's reply to `messages` as OpenAI's chat.completion dict, or an
     iterator of chat.completion.chunk dicts with stream=True.
 
-    The messages go through the model's chat template (chat_prompt); defaults are
-    llama-cpp-python's (river_cpp.decoding.decision.SAMPLING_DEFAULTS["chat"]; max_tokens
-    None: until the end of the turn or the context).
+    The messages go through the model's chat template (chat_prompt; template_engine
+    "jinja" always renders the GGUF's template with Jinja2); defaults are
+    llama-cpp-python's (river_cpp.decoding.decision.SAMPLING_DEFAULTS["chat"];
+    max_tokens None: until the end of the turn or the context).
     logprobs=True adds {"content": [...]} with `top_logprobs` alternatives per token.
+    response_format: {"type": "json_object"} (any JSON object), with a "schema" (JSON
+    matching it; llama-cpp-python's form), or {"type": "json_schema", "json_schema":
+    {"schema": ...}} (OpenAI's); grammar: a llama_cpp.LlamaGrammar or GBNF text.
+    tools / tool_choice ("auto", "none", "required" or a named function): OpenAI's
+    tool calls in the model's own syntax, returned as message.tool_calls with
+    finish_reason "tool_calls"; "required" and a named function constrain the reply
+    to a call whose arguments match the function's schema.
     Every other option, the usage block and locking are as in create_completion.
     """
     if not isinstance(logprobs, bool):
@@ -399,35 +523,80 @@ def create_chat_completion(
     if n_top is not None and not logprobs:
         raise ValueError("top_logprobs needs logprobs=True")
     include_usage = _include_usage(stream_options)
-    prompt = chat_prompt(model, messages)
-    decoding = _decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options)
+    request = check_tools(tools, tool_choice)
+    syntax = None
+    if request is not None and request.parsed:
+        syntax = call_syntax(chat_template(model.tokenizer).source)
+    prompt = chat_prompt(
+        model, messages, tools=request.tools if request is not None else None, template_engine=template_engine
+    )
     generation, run = _start(
-        model, prompt, max_tokens=max_tokens, decoding=decoding, logprobs=(n_top or 0) if logprobs else None
+        model,
+        prompt,
+        max_tokens=max_tokens,
+        decoding=_decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options),
+        logprobs=(n_top or 0) if logprobs else None,
+        grammar=_chat_grammar(model, request, syntax, grammar, response_format),
+        # a rendered template writes its own BOS where it wants one (llama-cpp-python's rule)
+        add_bos=not renders_template(messages, tools=tools, template_engine=template_engine),
     )
     chunks = _run(generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
     if stream:
-        return _chat_chunks(model, chunks, run, base, logprobs, include_usage)
+        return _chat_chunks(model, chunks, run, base, logprobs, include_usage, syntax)
     every = list(chunks)
+    message: dict[str, Any] = {"role": "assistant", "content": run.text}
+    finish_reason = run.finish_reason
+    if syntax is not None:
+        content, calls = parse_tool_calls(syntax, run.text)
+        if calls:
+            message = {"role": "assistant", "content": content, "tool_calls": calls}
+            finish_reason = "tool_calls"
     return {
         **base,
         "object": "chat.completion",
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": run.text},
+                "message": message,
                 "logprobs": _chat_logprobs(model, every) if logprobs else None,
-                "finish_reason": run.finish_reason,
+                "finish_reason": finish_reason,
             }
         ],
         "usage": _usage(model, run),
     }
 
 
+def _chat_grammar(
+    model,
+    request: Optional[ToolRequest],
+    syntax: Optional[str],
+    grammar: Any,
+    response_format: Optional[Mapping[str, Any]],
+) -> Optional[Grammar]:
+    """The grammar a chat request constrains its reply with: a forced tool call's, or
+    its own grammar / response_format's."""
+    if request is not None and request.constrained:
+        if grammar is not None or (response_format or {}).get("type", "text") != "text":
+            raise ValueError("a required or named tool_choice sets the reply's format: drop grammar, response_format")
+        gbnf, root = call_grammar(syntax, request)
+        return Grammar(model.tokenizer, gbnf, root)
+    return request_grammar(model, grammar=grammar, response_format=response_format)
+
+
 def _chat_chunks(
-    model, chunks: Iterator[GenerationChunk], run: _Run, base: dict[str, Any], with_logprobs: bool, include_usage: bool
+    model,
+    chunks: Iterator[GenerationChunk],
+    run: _Run,
+    base: dict[str, Any],
+    with_logprobs: bool,
+    include_usage: bool,
+    syntax: Optional[str] = None,
 ) -> Iterator[dict[str, Any]]:
+    """The chat chunk dicts; with a tool-call `syntax`, text that may be a call is held
+    back and a call is sent as OpenAI's tool_calls deltas at the end."""
     base = {**base, "object": "chat.completion.chunk"}
+    calls = ToolCallStream(syntax) if syntax is not None else None
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 
@@ -445,9 +614,22 @@ def _chat_chunks(
         yield chunk({"role": "assistant", "content": ""}, None)
         for piece in chunks:
             pending.append(piece)
-            if piece.text:
-                yield chunk({"content": piece.text}, None)
-        yield chunk({}, run.finish_reason)
+            text = calls.push(piece.text) if calls is not None else piece.text
+            if text:
+                yield chunk({"content": text}, None)
+        finish_reason = run.finish_reason
+        if calls is not None:
+            rest, tool_calls = calls.finish()
+            if rest:
+                yield chunk({"content": rest}, None)
+            for index, call in enumerate(tool_calls):
+                name, arguments = call["function"]["name"], call["function"]["arguments"]
+                opening = {"index": index, "id": call["id"], "type": "function"}
+                yield chunk({"tool_calls": [{**opening, "function": {"name": name, "arguments": ""}}]}, None)
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}, None)
+            if tool_calls:
+                finish_reason = "tool_calls"
+        yield chunk({}, finish_reason)
         if include_usage:
             yield {**base, "choices": [], "usage": _usage(model, run)}
     finally:

@@ -19,9 +19,10 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from river_cpp.decoding.acceptance import sample
+from river_cpp.decoding.grammar import GrammarState
 from river_cpp.decoding.ngram import NgramIndex
 from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.decoding.sampling import Sampler
+from river_cpp.decoding.sampling import NoLegalToken, Sampler
 from river_cpp.decoding.suffix_index import match_bucket
 from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import prefill
@@ -66,6 +67,16 @@ class Proposal:
         else:
             self.spans.append((source, len(tokens)))
 
+    def keep_first(self, n: int) -> None:
+        """Drop the drafted tokens after the first n (and their spans)."""
+        del self.tokens[n:]
+        spans, left = [], n
+        for source, count in self.spans:
+            if left > 0:
+                spans.append((source, min(count, left)))
+            left -= count
+        self.spans = spans
+
 
 class Draft(Protocol):
     """A draft source: begin() once per generation, then per round propose() and keep()."""
@@ -78,9 +89,13 @@ class Draft(Protocol):
         """How many tokens it can propose after `history` this round (0: none)."""
         ...
 
-    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+    def propose(
+        self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
+    ) -> Proposal:
         """Up to k tokens continuing `history`; a forward draft ends the round after
-        the first token whose top probability is below p_min (0: never)."""
+        the first token whose top probability is below p_min (0: never). `grammar`:
+        the state after `history`; a forward draft then drafts only tokens it allows
+        (the loop cuts any draft at the first token the grammar forbids)."""
         ...
 
     def keep(self, history: Sequence[int]) -> None:
@@ -95,6 +110,17 @@ def top_probability(logits: np.ndarray) -> float:
     return 1.0 / float(np.exp(logits - logits.max()).sum(dtype=np.float64))
 
 
+def _advance(state: GrammarState, proposal: Proposal, start: int) -> bool:
+    """Advance `state` past the tokens of `proposal` from `start` (those copied after
+    the ones it has seen); at the first it forbids, drop it and the rest (False)."""
+    for i in range(start, len(proposal.tokens)):
+        if not state.allows(proposal.tokens[i]):
+            proposal.keep_first(i)
+            return False
+        state.accept(proposal.tokens[i])
+    return True
+
+
 class _ForwardDraft:
     """A draft that runs a model's forward per token and samples from its logits."""
 
@@ -104,18 +130,31 @@ class _ForwardDraft:
     def available(self, history: Sequence[int], max_tokens: int) -> int:
         return max_tokens
 
-    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+    def propose(
+        self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
+    ) -> Proposal:
         proposal = Proposal()
+        state = grammar.clone() if grammar is not None else None
         # Each drafted token is the draft's sample with the draw its position will be
         # verified with, so that it is kept whenever the backbone samples the same.
         uniforms = sampler.peek(k)
         while len(proposal.tokens) < k:
+            seen = len(proposal.tokens)
             if self._copy(proposal, k):
+                if state is not None and not _advance(state, proposal, seen):
+                    break
                 continue
             context = list(history) + proposal.tokens
             logits = self._forward(context[self.model.n_past :])
             proposal.forwards += 1
-            proposal.add(self.name, [sample(sampler.distribution(logits, context), uniforms[len(proposal.tokens)])])
+            try:
+                dist = sampler.distribution(logits, context, state)
+            except NoLegalToken:
+                break
+            token = sample(dist, uniforms[len(proposal.tokens)])
+            proposal.add(self.name, [token])
+            if state is not None:
+                state.accept(token)
             # An unsure token ends the round but is still verified: it costs one more
             # verify position and no forward, and is kept as often as not (0.6-0.8
             # below a top probability of 0.5 on the recorded traces). Stopping before
@@ -199,7 +238,9 @@ class ModelDraft(_ForwardDraft):
         if len(history) > 1:
             prefill(self.model, history[:-1], route="backbone")
 
-    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+    def propose(
+        self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
+    ) -> Proposal:
         """As every forward draft, after bringing the draft's cache up to the history
         in one batch, timed apart (Proposal.catch_up_seconds). After plain rounds the
         cache is behind by their tokens, and catching up is a cost of those rounds,
@@ -212,7 +253,7 @@ class ModelDraft(_ForwardDraft):
         if behind:
             self.model.forward(behind, last_only=True, route="backbone")
         caught_up = time.perf_counter() - start
-        proposal = super().propose(history, k, sampler, p_min)
+        proposal = super().propose(history, k, sampler, p_min, grammar)
         proposal.catch_up_seconds = caught_up
         return proposal
 
@@ -234,7 +275,9 @@ class LookupDraft:
         self.offer: list[int] = []
         self.offer_name = ""
 
-    def propose(self, history: Sequence[int], k: int, sampler: Sampler, p_min: float) -> Proposal:
+    def propose(
+        self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
+    ) -> Proposal:
         return Proposal(self.offer[:k], self.offer_name)
 
 

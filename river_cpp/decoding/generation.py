@@ -20,12 +20,17 @@ import numpy as np
 
 from river_cpp.decoding.decision import Decoding, SpeculativeOption, check_alone, decide
 from river_cpp.decoding.exit_stats import ExitStats
+from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.decoding.sampling import Sampler, SamplingParams
+from river_cpp.decoding.sampling import NoLegalToken, Sampler, SamplingParams
 from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
 from river_cpp.engine.context import check_fits
 from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import Step, decode_one_token, prefill
+
+# finish_reason of a generation whose grammar allowed no token at some point (the
+# text so far is what it allowed; not one of OpenAI's reasons).
+NO_LEGAL_TOKEN = "no_legal_token"
 
 
 @dataclass
@@ -34,8 +39,9 @@ class GenerationResult:
 
     token_ids holds every sampled token, including an end-of-generation token or the
     token that completed a stop string; `text` holds neither (nor the stop string).
-    finish_reason is "stop" (end-of-generation token or stop string) or "length"
-    (max_tokens reached, or the context is full).
+    finish_reason is "stop" (end-of-generation token or stop string), "length"
+    (max_tokens reached, or the context is full) or NO_LEGAL_TOKEN (the grammar
+    allowed no token).
     prompt_seconds is the prefill and the first token's sampling; generation_seconds
     the decode steps that produced the other tokens (time spent by a streaming
     consumer between chunks is not counted).
@@ -147,6 +153,7 @@ def generate_step(
     policy: Union[ExitPolicy, Callable[[int], ExitPolicy], None] = None,
     speculative: Optional[Speculative] = None,
     speculative_stats: Optional[SpeculativeStats] = None,
+    grammar: Optional[Grammar] = None,
 ) -> Iterator[Step]:
     """Tokens continuing `prompt_ids`, one Step per next(), until the caller stops.
 
@@ -157,17 +164,24 @@ def generate_step(
     With `speculative`, rounds of drafted tokens
     are verified by the backbone (river_cpp.decoding.speculative); the tokens are the
     backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
+    `grammar`: only tokens it allows (the sampler is then asked with its state);
+    raises NoLegalToken after the last token when it allows none.
     Lazy: the forward after a token runs only when the caller asks for the next one.
     Ends when the prompt and the tokens yielded fill the context.
     """
     if speculative is not None:
-        yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats)
+        yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats, grammar=grammar)
         return
     policy_at = policy if callable(policy) else (lambda i: policy)
+    state = grammar.start() if grammar is not None else None
     history = list(prompt_ids)
     logits = prefill(model, prompt_ids, policy=policy_at(0))
     while True:
-        token = sampler(logits, history)
+        if state is None:
+            token = sampler(logits, history)
+        else:
+            token = sampler(logits, history, state)
+            state.accept(token)
         history.append(token)
         yield Step(token, logits, int(model.last_exit_layers[-1]))
         # The cache holds everything before `token`; with it the sequence is full.
@@ -231,15 +245,25 @@ class _StoppingText:
 # ---------------------------------------------------------------- generate
 
 
-def _timed(iterator: Iterator[int]) -> Iterator[tuple[int, float]]:
-    """Items of `iterator` with the seconds each next() took (not the consumer's time)."""
-    while True:
-        start = time.perf_counter()
-        try:
-            item = next(iterator)
-        except StopIteration:
-            return
-        yield item, time.perf_counter() - start
+class _Timed:
+    """Items of an iterator with the seconds each next() took (not the consumer's
+    time); ends at the iterator's end or at its NoLegalToken (then `dead_end`)."""
+
+    def __init__(self, iterator: Iterator[Step]) -> None:
+        self._iterator = iterator
+        self.dead_end = False
+
+    def __iter__(self) -> Iterator[tuple[Step, float]]:
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(self._iterator)
+            except StopIteration:
+                return
+            except NoLegalToken:
+                self.dead_end = True
+                return
+            yield item, time.perf_counter() - start
 
 
 def _generate_chunks(
@@ -250,6 +274,7 @@ def _generate_chunks(
     policy: Optional[ExitPolicy],
     speculative: Optional[Speculative],
     logprobs: Optional[int] = None,
+    grammar: Optional[Grammar] = None,
 ) -> Generator[GenerationChunk, None, GenerationResult]:
     """One chunk per sampled token; returns the GenerationResult."""
     tokenizer = model.tokenizer
@@ -259,8 +284,11 @@ def _generate_chunks(
     seconds: list[float] = []
     finish_reason = "length"
     stats = SpeculativeStats() if speculative is not None else None
-    steps = generate_step(model, prompt_ids, sampler, policy=policy, speculative=speculative, speculative_stats=stats)
-    for step, step_seconds in _timed(steps):
+    steps = generate_step(
+        model, prompt_ids, sampler, policy=policy, speculative=speculative, speculative_stats=stats, grammar=grammar
+    )
+    steps_ended = _Timed(steps)
+    for step, step_seconds in steps_ended:
         token_ids.append(step.token)
         exit_layers.append(step.exit_layer)
         seconds.append(step_seconds)
@@ -276,13 +304,16 @@ def _generate_chunks(
             break
         if last:
             break
+    else:
+        if steps_ended.dead_end:
+            finish_reason = NO_LEGAL_TOKEN
     steps.close()
     return GenerationResult(
         text=text.text,
         token_ids=token_ids,
         prompt_token_ids=prompt_ids,
         finish_reason=finish_reason,
-        prompt_seconds=seconds[0],
+        prompt_seconds=seconds[0] if seconds else 0.0,
         generation_seconds=sum(seconds[1:]),
         exit_layers=exit_layers,
         n_layer=model.n_layer,
@@ -300,6 +331,7 @@ def stream_generate(
     policy: Optional[ExitPolicy] = None,
     speculative: SpeculativeOption = None,
     sampling: Optional[SamplingParams] = None,
+    grammar: Optional[Grammar] = None,
     **sampling_options: Any,
 ) -> GenerationStream:
     """The GenerationStream of a continuation of `prompt` (text, or token ids used as
@@ -328,16 +360,21 @@ def stream_generate(
     params = decoding.sampling
     if params.seed is None and model.seed is not None:
         params = params.replace(seed=model.seed)
+    if grammar is not None and not isinstance(grammar, Grammar):
+        raise TypeError(f"grammar must be a river_cpp.decoding.grammar.Grammar, got {type(grammar).__name__}")
     prompt_ids = _prompt_ids(model, prompt)
+    sampler = Sampler(params, n_prompt=len(prompt_ids))
+    sampler.check_vocab(model.n_vocab)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
     chunks = _generate_chunks(
         model,
         prompt_ids,
-        Sampler(params),
+        sampler,
         max_new_tokens,
         decoding.policy,
         decoding.speculative,
         None if logprobs is None else int(logprobs),
+        grammar,
     )
     return GenerationStream(chunks)
 
@@ -349,12 +386,15 @@ def generate(
 
     Options: max_tokens (128); the sampling settings of river_cpp.SamplingParams, as
     `sampling=SamplingParams(...)` or one by one (temperature (0: greedy), top_k (40),
-    top_p (0.95), min_p (0.05), repeat_penalty (1), repeat_last_n (64), seed (None:
-    model.seed), stop (strings)); policy (an ExitPolicy for this call; None: the
-    model's); speculative (True, or a river_cpp.Speculative: drafts verified by the
-    backbone; the tokens are the backbone's own); or `decoding`, all three resolved
-    (river_cpp.decoding.decision); logprobs (None; n: each chunk carries its token's
-    logprob and the n most likely tokens' logprobs).
+    top_p (0.95), min_p (0.05), typical_p (1), repeat_penalty (1), frequency_penalty
+    (0), presence_penalty (0), repeat_last_n (64), logit_bias, seed (None:
+    model.seed), stop (strings)); grammar (a river_cpp.decoding.grammar.Grammar: only
+    the tokens it allows; finish_reason NO_LEGAL_TOKEN where it allows none); policy
+    (an ExitPolicy for this call; None: the model's); speculative (True, or a
+    river_cpp.Speculative: drafts verified by the backbone; the tokens are the
+    backbone's own); or `decoding`, all three resolved
+    (river_cpp.decoding.decision); logprobs (None; n: each chunk
+    carries its token's logprob and the n most likely tokens' logprobs).
     Continues from the longest prefix of the prompt the cache already holds (see
     model.cached_prefix); the rest of the cache is dropped. Ends at an
     end-of-generation token or at the first of the `stop` strings (the text

@@ -41,9 +41,10 @@ from river_cpp.decoding.drafts import (
     ngram_source,
     recall_source,
 )
+from river_cpp.decoding.grammar import Grammar, GrammarState
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.decoding.sampling import Sampler
+from river_cpp.decoding.sampling import NoLegalToken, Sampler
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
 from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import Step, prefill
@@ -175,7 +176,8 @@ class SpeculativeStats:
     rounds: int = 0  # backbone verify forwards
     drafted: int = 0  # tokens the drafts proposed
     accepted: int = 0  # drafted tokens the backbone kept
-    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own)
+    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own + forced)
+    forced: int = 0  # tokens a grammar allowed alone: taken without a draft or a forward of their own
     draft_forwards: int = 0  # single-token forwards of a river or model draft
     draft_seconds: float = 0.0  # spent drafting (forwards, lookups and choosing the drafted tokens)
     catch_up_seconds: float = 0.0  # of draft_seconds, a separate draft's catching its cache up (Proposal)
@@ -337,9 +339,54 @@ def observe_round(
             lengths.observe_unused(offer, proposed, agreeing, n_accepted + 1)
 
 
-def _target(sampler: Sampler, logits: np.ndarray, history: list[int], drafts: list[int], j: int) -> Distribution:
-    """The backbone's sampling distribution at draft position j of a verify."""
-    return sampler.distribution(logits[j], history + drafts[:j])
+# The "token" a verify position yields where the grammar allows none: never a draft,
+# so the verify stops there, and the round ends the generation after the drafts kept.
+_DEAD_END = -1
+
+
+def _target(
+    sampler: Sampler,
+    logits: np.ndarray,
+    history: list[int],
+    drafts: list[int],
+    states: Optional[list[GrammarState]],
+    j: int,
+) -> Distribution:
+    """The backbone's sampling distribution at draft position j of a verify (masked by
+    the grammar's state after drafts[:j] when there is one)."""
+    if states is None:
+        return sampler.distribution(logits[j], history + drafts[:j])
+    try:
+        return sampler.distribution(logits[j], history + drafts[:j], states[j])
+    except NoLegalToken:
+        return np.array([_DEAD_END]), np.ones(1)
+
+
+def _forced_tokens(model: LanguageModel, state: GrammarState, limit: int) -> list[int]:
+    """The tokens the grammar allows alone from `state` on (at most `limit`, never an
+    end of generation), accepted into `state`."""
+    forced: list[int] = []
+    while len(forced) < limit:
+        token = state.forced()
+        if token is None or model.tokenizer.is_end_of_generation(token):
+            break
+        state.accept(token)
+        forced.append(token)
+    return forced
+
+
+def _grammar_states(state: GrammarState, drafts: list[int]) -> list[GrammarState]:
+    """The grammar's states before each of the longest prefix of `drafts` it allows and
+    after the last of them (one more than the drafts kept): a drafted token the grammar
+    forbids ends the draft before the verify."""
+    states = [state]
+    for token in drafts:
+        if not states[-1].allows(token):
+            break
+        after = states[-1].clone()
+        after.accept(token)
+        states.append(after)
+    return states
 
 
 def speculative_step(
@@ -348,11 +395,15 @@ def speculative_step(
     sampler: Sampler,
     spec: Speculative,
     stats: Optional[SpeculativeStats] = None,
+    *,
+    grammar: Optional[Grammar] = None,
 ) -> Iterator[Step]:
     """generate_step's speculative twin: the backbone's tokens, several per forward.
 
     The prompt runs the full backbone. Each yielded Step carries the backbone's
-    logits at that position and exit layer n_layer (every token is verified).
+    logits at that position and exit layer n_layer (every token is verified). With a
+    `grammar`, drafts end at the first token it forbids and the verify compares with
+    the backbone's masked distribution: the tokens of plain constrained decoding.
     """
     if not isinstance(sampler, Sampler):
         raise TypeError("speculative decoding needs a river_cpp.decoding.sampling.Sampler (it compares distributions)")
@@ -366,8 +417,13 @@ def speculative_step(
         source.begin(history)
     if "memory" in sources:
         stats.memory_tokens = memory_of(model).tokens
+    state = grammar.start() if grammar is not None else None
     logits = prefill(model, prompt_ids, route="backbone")
-    token = sampler(logits, history)
+    if state is None:
+        token = sampler(logits, history)
+    else:
+        token = sampler(logits, history, state)
+        state.accept(token)
     history.append(token)
     for source in sources.values():
         source.keep(history)
@@ -378,28 +434,51 @@ def speculative_step(
             return
 
         began = time.perf_counter()
+        # Tokens the grammar leaves no choice about are taken without a draft or a
+        # forward of their own (each still uses its draw, as in the plain loop); their
+        # K/V and logits come with this round's verify.
+        limit = min(spec.max_draft, model.n_ctx - start - 2)
+        forced = _forced_tokens(model, state, limit) if state is not None else []
+        if forced:
+            sampler.skip(len(forced))
+            history += forced
+            for source in sources.values():
+                source.keep(history)
+        base = len(forced)  # verify rows before the first draft's
         offers, named = {}, {}
         for name, source in sources.items():
             available = source.available(history, spec.max_draft)
             if available:
                 offer = _offer_name(name, source)
                 offers[offer], named[offer] = available, source
-        chosen, k = lengths.choose(model.n_ctx - start - 1, offers)
-        proposal = named[chosen].propose(history, k, sampler, spec.p_min) if k else Proposal()
+        chosen, k = lengths.choose(model.n_ctx - start - 1 - base, offers)
+        proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
+        states = None
+        if state is not None:
+            states = _grammar_states(state, proposal.tokens)
+            proposal.keep_first(len(states) - 1)
         drafts = proposal.tokens
         drafted_at = time.perf_counter()
 
-        # Verify: the last accepted token and the drafts in one backbone forward.
+        # Verify: the last accepted token (after any forced ones) and the drafts in
+        # one backbone forward.
         model.rewind(start)
-        verify_logits = model.forward([history[-1]] + drafts, route="backbone")
+        verify_logits = model.forward(history[start:] + drafts, route="backbone")
         n_accepted, after = verify_drafts(
-            drafts, functools.partial(_target, sampler, verify_logits, history, drafts), sampler.peek(len(drafts) + 1)
+            drafts,
+            functools.partial(_target, sampler, verify_logits[base:], history, drafts, states),
+            sampler.peek(len(drafts) + 1),
         )
-        new = drafts[:n_accepted] + [after]
+        dead_end = after == _DEAD_END
+        new = drafts[:n_accepted] + ([] if dead_end else [after])
         sampler.skip(len(new))
+        if states is not None:
+            state = states[n_accepted]
+            if not dead_end:
+                state.accept(after)
         verified_at = time.perf_counter()
 
-        model.rewind(start + len(new))
+        model.rewind(start + base + len(new))
         observe_round(
             lengths,
             source=chosen,
@@ -417,7 +496,8 @@ def speculative_step(
         stats.rounds += 1
         stats.drafted += len(drafts)
         stats.accepted += n_accepted
-        stats.generated += len(new)
+        stats.generated += base + len(new)
+        stats.forced += base
         stats.draft_forwards += proposal.forwards
         stats.draft_seconds += drafted_at - began
         stats.catch_up_seconds += proposal.catch_up_seconds
@@ -426,5 +506,7 @@ def speculative_step(
         history += new
         for source in sources.values():
             source.keep(history)
-        for j, token in enumerate(new):
+        for j, token in enumerate(forced + new):
             yield Step(token, verify_logits[j], n_layer)
+        if dead_end:
+            raise NoLegalToken("the grammar allows no token here")

@@ -9,7 +9,7 @@ aborts the process on some broken ones.
 from __future__ import annotations
 
 import ctypes
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import llama_cpp
 
@@ -41,9 +41,10 @@ class Tokenizer:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
 
-    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
-        """Token ids of `text`; add_bos adds the model's BOS only if its metadata asks for it."""
-        data = text.encode("utf-8")
+    def tokenize(self, text: Union[str, bytes], *, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of `text` (str, or UTF-8 bytes); add_bos adds the model's BOS only
+        if its metadata asks for it."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
         capacity = len(data) + 8
         while True:
             ids = (llama_cpp.llama_token * capacity)()
@@ -55,25 +56,40 @@ class Tokenizer:
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.detokenize_bytes(ids).decode("utf-8", errors="replace")
 
-    def detokenize_bytes(self, ids: Sequence[int]) -> bytes:
-        """Bytes of `ids` (special tokens render as nothing); a multi-byte character
-        may be split across tokens."""
-        return b"".join(self._piece(int(t)) for t in ids)
+    def detokenize_bytes(self, ids: Sequence[int], *, special: bool = False) -> bytes:
+        """Bytes of `ids` (special tokens render as nothing unless `special`); a
+        multi-byte character may be split across tokens."""
+        return b"".join(self._piece(int(t), special) for t in ids)
 
-    def _piece(self, token: int) -> bytes:
+    def _piece(self, token: int, special: bool = False) -> bytes:
         # llama.cpp throws through its C API (an abort) for an id outside the vocabulary
         if not 0 <= token < self.n_vocab:
             raise ValueError(f"token id {token} is outside the vocabulary [0, {self.n_vocab})")
         buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         return buf.raw[:n]
+
+    @property
+    def vocab(self):
+        """llama.cpp's vocabulary pointer (for its grammar sampler); valid until close()."""
+        return self._vocab
 
     @property
     def eos_id(self) -> int:
         return llama_cpp.llama_vocab_eos(self._vocab)
+
+    @property
+    def bos_id(self) -> int:
+        """The beginning-of-sequence token (-1: the vocabulary has none)."""
+        return llama_cpp.llama_vocab_bos(self._vocab)
+
+    @property
+    def nl_id(self) -> int:
+        """The newline token."""
+        return llama_cpp.llama_vocab_nl(self._vocab)
 
     def is_end_of_generation(self, token: int) -> bool:
         """True for end-of-sequence and end-of-turn tokens (e.g. <|im_end|>)."""

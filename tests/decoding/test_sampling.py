@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 import pytest
 
-from river_cpp.decoding.sampling import Sampler, SamplingParams, apply_repeat_penalty
+from river_cpp.decoding.sampling import (
+    NoLegalToken,
+    Sampler,
+    SamplingParams,
+    apply_penalties,
+    apply_repeat_penalty,
+    typical,
+)
 
 N_VOCAB = 1000
 N_DRAWS = 400
@@ -161,3 +169,88 @@ def test_different_seeds_differ(logits):
     first = draws(SamplingParams(temperature=1.5, seed=1), logits, n=50)
     second = draws(SamplingParams(temperature=1.5, seed=2), logits, n=50)
     assert first != second
+
+
+# ---------------------------------------------------------------- bias, penalties, typical, constraints
+
+
+def test_logit_bias_is_added_before_everything_else(logits):
+    banned = Sampler(SamplingParams(logit_bias={0: -math.inf}))
+    assert banned(logits, []) == 1
+    raised = Sampler(SamplingParams(logit_bias=[(500, 100.0)]))
+    assert raised(logits, []) == 500
+
+
+@pytest.mark.parametrize(
+    "bias, message",
+    [({-1: 1.0}, "non-negative"), ({1: float("nan")}, "number"), ({1: math.inf}, "number"), ([(1,)], "pairs")],
+)
+def test_bad_logit_bias_is_named(bias, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(logit_bias=bias)
+
+
+def test_logit_bias_outside_the_vocabulary_is_named():
+    sampler = Sampler(SamplingParams(logit_bias={N_VOCAB: 1.0}))
+    with pytest.raises(ValueError, match=f"token id {N_VOCAB}"):
+        sampler.check_vocab(N_VOCAB)
+
+
+def test_frequency_and_presence_penalties_follow_llama_cpp():
+    logits = np.array([2.0, -1.0, 0.5], dtype=np.float32)
+    # token 0 seen twice, token 1 once: repeat first, then c * frequency + presence
+    out = apply_penalties(logits, [0, 1, 0], repeat=2.0, frequency=0.25, presence=0.5)
+    assert out == pytest.approx([2.0 / 2 - 2 * 0.25 - 0.5, -1.0 * 2 - 0.25 - 0.5, 0.5])
+
+
+def test_penalties_see_the_last_n_tokens_and_the_prompt_only_when_asked():
+    logits = np.array([1.0, 0.9, 0.0], dtype=np.float32)
+    history = [0, 2, 2]  # a prompt of one token (0), then two generated
+    counted = Sampler(SamplingParams(presence_penalty=1.0), n_prompt=1)
+    assert counted(logits, history) == 1  # the prompt's token 0 is penalized: 0.0 < 0.9
+    skipped = Sampler(SamplingParams(presence_penalty=1.0, penalize_prompt=False), n_prompt=1)
+    assert skipped(logits, history) == 0
+    window = Sampler(SamplingParams(presence_penalty=1.0, repeat_last_n=2))
+    assert window(logits, history) == 0  # token 0 left the window
+
+
+def test_typical_keeps_the_tokens_nearest_the_entropy():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    ids, _ = typical((np.arange(4), logits), 0.5)
+    # entropy 1.14 nats; surprises 0.69, 1.20, 1.90, 3.00: token 1 first (0.3), then 0 (0.8 > 0.5)
+    assert list(ids) == [1, 0]
+    assert typical((np.arange(4), logits), 1.0)[0].size == 4
+
+
+class Only:
+    """A constraint allowing a fixed set of tokens."""
+
+    def __init__(self, allowed) -> None:
+        self.allowed_ids = set(allowed)
+        self.asked = 0
+
+    def allowed(self, ids):
+        self.asked += len(ids)
+        return np.array([int(i) in self.allowed_ids for i in ids], dtype=bool)
+
+
+def test_a_constraint_masks_before_top_k(logits):
+    legal = Only([3, 700, 900])
+    assert Sampler(SamplingParams())(logits, [], legal) == 3
+    ids, probs = Sampler(SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0)).distribution(logits, [], legal)
+    assert sorted(ids) == [3, 700] and probs.sum() == pytest.approx(1.0)
+    # all legal tokens without top-k: the distribution is the masked softmax
+    ids, probs = Sampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)).distribution(logits, [], legal)
+    expected = probabilities(logits)[[3, 700, 900]]
+    assert dict(zip(ids.tolist(), probs)) == pytest.approx(dict(zip([3, 700, 900], expected / expected.sum())))
+
+
+def test_a_greedy_constraint_is_asked_about_the_best_tokens_only(logits):
+    legal = Only([2])
+    assert Sampler(SamplingParams())(logits, [], legal) == 2
+    assert legal.asked < 100
+
+
+def test_a_constraint_that_allows_nothing_raises():
+    with pytest.raises(NoLegalToken):
+        Sampler(SamplingParams())(np.zeros(10, dtype=np.float32), [], Only([]))

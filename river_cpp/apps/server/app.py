@@ -28,6 +28,7 @@ from river_cpp.apps.server.protocol import (
     APIError,
     busy,
     check_prompt_fits,
+    check_structured,
     model_list,
     parse_json,
     parse_request,
@@ -218,6 +219,7 @@ class Server:
             if not self.config.share_drafts:
                 parsed.options["decoding"] = _private_drafts(parsed.options["decoding"])
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
+            await asyncio.get_running_loop().run_in_executor(None, check_structured, model, parsed)
             await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
             job = Job(asyncio.get_running_loop(), parsed, self.model_id)
             if not self.worker.submit(job):

@@ -14,7 +14,10 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
+from river_cpp.apps.chat_template import chat_template
 from river_cpp.apps.completions import chat_prompt
+from river_cpp.apps.structured import request_grammar, response_format_grammar
+from river_cpp.apps.tools import call_syntax, check_tools
 from river_cpp.decoding.decision import Decoding, decide, sampling_defaults
 from river_cpp.decoding.policy import ExitPolicy, exit_policy
 from river_cpp.decoding.presets import DEFAULT
@@ -24,6 +27,7 @@ from river_cpp.engine.context import ContextOverflowError, check_fits
 RETRY_AFTER_SECONDS = 1
 MAX_STOP_STRINGS = 4
 MAX_TOP_LOGPROBS = 20
+MAX_LOGIT_BIAS = 300  # entries (OpenAI's cap)
 RIVER_OPTIONS = ("tau", "min_layer", "exit_layer", "policy", "speculative")
 
 
@@ -179,18 +183,10 @@ def _river_field(body: Mapping[str, Any], n_layer: int) -> tuple[Optional[ExitPo
 def _unsupported(body: Mapping[str, Any]) -> None:
     if _integer(body, "n", 1, 1, 1) != 1 or _integer(body, "best_of", 1, 1, 1) != 1:
         raise APIError(400, "only one choice per request (n = 1)", param="n")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if _number(body, name, 0.0, -2.0, 2.0) != 0.0:
-            raise APIError(400, f"{name} is not supported (use repeat_penalty)", param=name)
     if body.get("echo"):
         raise APIError(400, "echo is not supported", param="echo")
     if body.get("suffix"):
         raise APIError(400, "suffix is not supported", param="suffix")
-    if body.get("tools") or body.get("functions"):
-        raise APIError(400, "tools are not supported", param="tools")
-    response_format = body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise APIError(400, 'only response_format {"type": "text"} is supported', param="response_format")
 
 
 def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
@@ -228,6 +224,66 @@ def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise APIError(400, "user must be a string", param="user")
+    return options
+
+
+def _sampling_extras(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The SamplingParams settings beyond _sampling's: OpenAI's penalties and
+    logit_bias, llama.cpp's typical_p (token ids are checked against the vocabulary in
+    check_structured)."""
+    extras = {
+        "presence_penalty": _number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        "typical_p": _number(body, "typical_p", 1.0, 0.0, 1.0),
+    }
+    bias = body.get("logit_bias")
+    if bias is not None:
+        if not isinstance(bias, dict) or len(bias) > MAX_LOGIT_BIAS:
+            raise APIError(400, f"logit_bias must map at most {MAX_LOGIT_BIAS} token ids to biases", param="logit_bias")
+        pairs = {}
+        for key in bias:
+            if not isinstance(key, str) or not key.isdigit():
+                raise APIError(400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias")
+            pairs[int(key)] = _number(bias, key, 0.0, -100.0, 100.0)
+        extras["logit_bias"] = pairs
+    return extras
+
+
+def _structured_options(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
+    """response_format, grammar (llama.cpp's server's GBNF field), tools and
+    tool_choice (and the older functions / function_call), checked as far as they can
+    be without the model (check_structured does the rest)."""
+    options: dict[str, Any] = {}
+    response_format = body.get("response_format")
+    if response_format is not None:
+        if not chat:
+            raise APIError(400, "response_format is a chat completions field", param="response_format")
+        try:
+            response_format_grammar(response_format)
+        except ValueError as error:
+            raise APIError(400, f"response_format: {error}", param="response_format") from None
+        options["response_format"] = response_format
+    grammar = body.get("grammar")
+    if grammar is not None:
+        if not isinstance(grammar, str) or not grammar.strip():
+            raise APIError(400, "grammar must be GBNF text", param="grammar")
+        options["grammar"] = grammar
+    tools, tool_choice = body.get("tools"), body.get("tool_choice")
+    if body.get("functions") is not None and tools is None:
+        functions = body["functions"]
+        tools = [{"type": "function", "function": f} for f in functions] if isinstance(functions, list) else functions
+    call = body.get("function_call")
+    if call is not None and tool_choice is None:
+        tool_choice = call if isinstance(call, str) else {"type": "function", "function": call}
+    if tools is None and tool_choice is None:
+        return options
+    if not chat:
+        raise APIError(400, "tools are a chat completions field", param="tools")
+    try:
+        check_tools(tools, tool_choice)
+    except ValueError as error:
+        raise APIError(400, str(error), param="tool_choice" if "tool_choice" in str(error) else "tools") from None
+    options["tools"], options["tool_choice"] = tools, tool_choice
     return options
 
 
@@ -278,6 +334,8 @@ def parse_request(
         raise APIError(400, "model must be a string", param="model")
     _unsupported(body)
     options = _sampling(body, chat=chat)
+    options["sampling"] = options["sampling"].replace(**_sampling_extras(body))
+    options.update(_structured_options(body, chat=chat))
     policy, speculative = _river_field(body, n_layer)
     try:
         options["decoding"] = decide(
@@ -309,7 +367,7 @@ def prompt_tokens(model, parsed: ParsedRequest) -> int:
     refuses and for token ids outside the vocabulary."""
     if parsed.chat:
         try:
-            text = chat_prompt(model, parsed.prompt)  # type: ignore[arg-type]
+            text = chat_prompt(model, parsed.prompt, tools=_offered_tools(parsed))  # type: ignore[arg-type]
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
         return len(model.tokenize(text, add_bos=True, special=True))
@@ -328,3 +386,35 @@ def check_prompt_fits(model, parsed: ParsedRequest) -> None:
         check_fits(prompt_tokens(model, parsed), model.n_ctx)
     except ContextOverflowError as error:
         raise overflow_error(error, chat=parsed.chat) from None
+
+
+def _offered_tools(parsed: ParsedRequest) -> Optional[list[Any]]:
+    """The tools the prompt tells the model of (none for tool_choice "none")."""
+    request = check_tools(parsed.options.get("tools"), parsed.options.get("tool_choice"))
+    return list(request.tools) if request is not None else None
+
+
+def check_structured(model, parsed: ParsedRequest) -> None:
+    """400 naming the field for what needs the model to check: logit_bias ids outside
+    the vocabulary, a grammar or schema llama.cpp cannot compile, tools on a template
+    without tool support. The compiled grammar replaces grammar / response_format in
+    the options (river_cpp.decoding.grammar.Grammar), so it is compiled once."""
+    options = parsed.options
+    outside = [t for t, _ in options["sampling"].logit_bias if t >= model.n_vocab]
+    if outside:
+        raise APIError(400, f"logit_bias token id {outside[0]} is outside [0, {model.n_vocab})", param="logit_bias")
+    if options.get("tools") is not None and options.get("tool_choice") != "none":
+        try:
+            template = chat_template(model.tokenizer)
+            if not template.supports_tools:
+                raise ValueError("this model's chat template has no tool support: it does not render `tools`")
+            call_syntax(template.source)
+        except ValueError as error:
+            raise APIError(400, str(error), param="tools") from None
+    param = "grammar" if options.get("grammar") is not None else "response_format"
+    try:
+        grammar = request_grammar(model, grammar=options.get("grammar"), response_format=options.get("response_format"))
+    except ValueError as error:
+        raise APIError(400, f"{param}: {error}", param=param) from None
+    options.pop("response_format", None)
+    options["grammar"] = grammar

@@ -402,3 +402,155 @@ def test_requests_share_the_draft_memory_only_where_the_operator_opts_in(tiny_ll
         # A direct call adds the last request to the memory if that request used it.
         fresh.generate("Hello", max_tokens=2)
         assert (memory_of(fresh).tokens > 0) == share_drafts
+
+
+# ---------------------------------------------------------------- structured output and tools
+
+FLAGS = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "level": {"enum": ["low", "high"]}},
+    "required": ["ok", "level"],
+    "additionalProperties": False,
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"unit": {"enum": ["c", "f"]}},
+            "required": ["unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tools_client(tiny_tools_llama: Path, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        with RiverModel(tiny_tools_llama, n_ctx=512, n_threads=2, progress=False) as model:
+            with live_server(lambda: model) as live:
+                assert live.worker.ready.wait(10)
+                yield openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_response_format_json_schema_through_the_openai_client(tools_client):
+    response = tools_client.chat.completions.create(
+        model=MODEL_ID,
+        messages=[{"role": "user", "content": "Flags?"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "flags", "schema": FLAGS}},
+        max_tokens=40,
+        temperature=0,
+    )
+    assert response.choices[0].finish_reason == "stop"
+    value = json.loads(response.choices[0].message.content)
+    assert set(value) == {"ok", "level"} and isinstance(value["ok"], bool) and value["level"] in ("low", "high")
+    json_mode = tools_client.chat.completions.create(
+        model=MODEL_ID,
+        messages=[{"role": "user", "content": "Anything"}],
+        response_format={"type": "json_object"},
+        max_tokens=6,
+        temperature=0,
+    )
+    assert json_mode.choices[0].message.content.startswith("{")
+
+
+def test_parse_with_a_pydantic_model_through_the_openai_client(tools_client):
+    pydantic = pytest.importorskip("pydantic")
+    from typing import Literal
+
+    class Flags(pydantic.BaseModel):
+        ok: bool
+        level: Literal["low", "high"]
+
+    completion = tools_client.beta.chat.completions.parse(
+        model=MODEL_ID,
+        messages=[{"role": "user", "content": "Flags?"}],
+        response_format=Flags,
+        max_tokens=40,
+        temperature=0,
+    )
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Flags)
+
+
+def test_a_tool_call_round_trip_through_the_openai_client(tools_client):
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    first = tools_client.chat.completions.create(
+        model=MODEL_ID,
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40,
+        temperature=0,
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["unit"] in ("c", "f")
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"},
+    ]
+    answer = tools_client.chat.completions.create(
+        model=MODEL_ID, messages=messages, tools=[WEATHER], max_tokens=6, temperature=0
+    )
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+    streamed = tools_client.chat.completions.create(
+        model=MODEL_ID,
+        messages=messages[:1],
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+    )
+    deltas = [c.choices[0] for c in streamed if c.choices]
+    arguments = "".join(
+        d.delta.tool_calls[0].function.arguments or "" for d in deltas if d.delta and d.delta.tool_calls
+    )
+    names = [d.delta.tool_calls[0].function.name for d in deltas if d.delta and d.delta.tool_calls]
+    assert "get_weather" in names and json.loads(arguments) == json.loads(call.function.arguments)
+    assert deltas[-1].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    "fields, param, words",
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#"}}}},
+            "response_format",
+            "schema",
+        ),
+        ({"extra_body": {"grammar": "root ::= nowhere"}}, "grammar", "Undefined rule"),
+        ({"logit_bias": {"999999": 1}}, "logit_bias", "outside"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
+            "tools",
+            "object",
+        ),
+    ],
+)
+def test_bad_structured_requests_are_400s_naming_the_field(tools_client, fields, param, words):
+    with pytest.raises(openai.BadRequestError) as caught:
+        tools_client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], max_tokens=4, **fields
+        )
+    error = caught.value.body
+    assert error["param"] == param and words in error["message"]
+    ok = tools_client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert ok.choices[0].message.content is not None  # the server stays usable
+
+
+def test_tools_on_a_template_without_tool_support_are_a_400(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER], max_tokens=4
+        )
+    assert caught.value.body["param"] == "tools" and "tool support" in caught.value.body["message"]

@@ -76,12 +76,17 @@ def test_a_number_too_large_for_a_float_is_not_finite():
         ({"seed": 1 << 64}, "seed"),
         ({"n": 2}, "n"),
         ({"best_of": 3}, "best_of"),
-        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"presence_penalty": "a lot"}, "presence_penalty"),
         ({"frequency_penalty": 3}, "frequency_penalty"),
+        ({"typical_p": 1.5}, "typical_p"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"5": 101}}, "5"),
+        ({"logit_bias": [1, 2]}, "logit_bias"),
         ({"echo": True}, "echo"),
         ({"suffix": "end"}, "suffix"),
         ({"tools": [{"type": "function"}]}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"grammar": 7}, "grammar"),
         ({"stop": ["a", 3]}, "stop"),
         ({"stop": [""]}, "stop"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -283,3 +288,51 @@ def test_model_list_names_the_one_model():
     assert listing["object"] == "list" and [m["id"] for m in listing["data"]] == ["alias"]
     assert "river" not in listing["data"][0]
     assert model_list("alias", 123, {"n_layer": 4})["data"][0]["river"] == {"n_layer": 4}
+
+
+def test_structured_output_tools_and_penalties_become_options():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    parsed = chat(
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+        tools=tools,
+        tool_choice="auto",
+        logit_bias={"7": -100, "9": 2.5},
+        presence_penalty=0.5,
+        frequency_penalty=-0.5,
+        typical_p=0.9,
+    )
+    options = parsed.options
+    assert options["response_format"]["json_schema"]["schema"] == schema
+    assert options["tools"] == tools and options["tool_choice"] == "auto"
+    sampling = options["sampling"]
+    assert sampling.logit_bias == ((7, -100.0), (9, 2.5))
+    assert (sampling.presence_penalty, sampling.frequency_penalty, sampling.typical_p) == (0.5, -0.5, 0.9)
+    legacy = chat(functions=[{"name": "f"}], function_call={"name": "f"}).options
+    assert legacy["tools"] == tools and legacy["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert completion(grammar='root ::= "x"').options["grammar"] == 'root ::= "x"'
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#"}}}}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"function": {"name": "g"}}},
+            "tool_choice",
+        ),
+    ],
+)
+def test_invalid_structured_chat_fields_name_the_field(fields, param):
+    with pytest.raises(APIError) as caught:
+        chat(**fields)
+    assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_completions_take_no_response_format_or_tools():
+    for fields, param in (({"response_format": {"type": "json_object"}}, "response_format"), ({"tools": []}, "tools")):
+        with pytest.raises(APIError) as caught:
+            completion(**fields)
+        assert caught.value.param == param

@@ -1,0 +1,174 @@
+"""river_cpp.Llama: llama-cpp-python's calling conventions on a tiny model: the
+vocabulary calls, echo/suffix/stop, refused arguments named, state, seeds, exactness
+under drafts, tools, and hostile input that leaves the model usable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import river_cpp
+from river_cpp import Speculative
+from river_cpp.apps.llama import LLAMA_DEFAULT_SEED, LlamaState
+
+N_CTX = 256
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_tools_llama: Path, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        with river_cpp.Llama(model_path=str(tiny_tools_llama), n_ctx=N_CTX, n_threads=1, verbose=False) as llm:
+            yield llm
+
+
+def test_vocabulary_and_sizes(llm):
+    ids = llm.tokenize(b"Hello world")
+    assert llm.detokenize(ids) == b"Hello world" and isinstance(llm.detokenize(ids), bytes)
+    with pytest.raises(TypeError, match="bytes"):
+        llm.tokenize("Hello")
+    assert llm.n_ctx() == N_CTX and llm.n_vocab() == llm.river_model.n_vocab
+    assert llm.token_eos() >= 0 and llm.token_nl() == llm.tokenize(b"\n", add_bos=False)[0]
+    assert isinstance(llm.token_bos(), int)
+
+
+def test_call_is_create_completion_with_echo_suffix_and_stop(llm):
+    plain = llm("The river", max_tokens=8, temperature=0)
+    assert plain["object"] == "text_completion"
+    assert llm("The river", max_tokens=8, temperature=0)["choices"][0]["text"] == plain["choices"][0]["text"]
+    echoed = llm("The river", max_tokens=8, temperature=0, echo=True, suffix="!")
+    assert echoed["choices"][0]["text"] == "The river" + plain["choices"][0]["text"] + "!"
+    text = plain["choices"][0]["text"]
+    if len(text) > 2:
+        stopped = llm("The river", max_tokens=8, temperature=0, stop=[text[1:3]])
+        assert stopped["choices"][0]["text"] == text[:1] and stopped["choices"][0]["finish_reason"] == "stop"
+    streamed = list(llm("The river", max_tokens=8, temperature=0, echo=True, stream=True))
+    assert "".join(c["choices"][0]["text"] for c in streamed) == "The river" + text
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"mirostat_mode": 2}, "mirostat_mode"),
+        ({"tfs_z": 0.9}, "tfs_z"),
+        ({"logits_processor": [lambda ids, scores: scores]}, "logits_processor"),
+        ({"stopping_criteria": [lambda ids, scores: False]}, "stopping_criteria"),
+        ({"logprobs": 2, "echo": True}, "echo"),
+    ],
+)
+def test_a_call_argument_it_cannot_serve_is_named(llm, options, name):
+    with pytest.raises(ValueError, match=name):
+        llm("x", max_tokens=2, **options)
+    assert llm("x", max_tokens=2, tfs_z=1.0, mirostat_mode=0)["choices"]  # neutral values are fine
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"lora_path": "x.gguf"}, "lora_path"),
+        ({"embedding": True}, "embedding"),
+        ({"chat_format": "chatml"}, "chat_format"),
+    ],
+)
+def test_a_constructor_argument_it_cannot_serve_is_named(tiny_tools_llama, options, name):
+    with pytest.raises(ValueError, match=name):
+        river_cpp.Llama(model_path=str(tiny_tools_llama), verbose=False, **options)
+
+
+def test_save_and_load_state(llm):
+    llm.reset()
+    first = llm("The river flows", max_tokens=6, temperature=0)
+    state = llm.save_state()
+    assert isinstance(state, LlamaState) and state.n_tokens == llm.n_tokens > 0
+    llm.reset()
+    assert llm.n_tokens == 0
+    llm.load_state(state)
+    assert llm.n_tokens == state.n_tokens
+    again = llm("The river flows", max_tokens=6, temperature=0)
+    assert again["choices"][0]["text"] == first["choices"][0]["text"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_seeds_reproduce_and_drafts_keep_the_draw(llm):
+    def sampled(seed=None, **options):
+        return llm(
+            "Once upon a time", max_tokens=12, temperature=1.0, seed=seed, top_k=0, top_p=1.0, min_p=0.0, **options
+        )["choices"][0]["text"]
+
+    assert sampled(3) == sampled(3)
+    options = {"presence_penalty": 0.7, "frequency_penalty": 0.3, "typical_p": 0.9, "logit_bias": {"5": 2.0}}
+    assert sampled(3, speculative=False, **options) == sampled(3, speculative=Speculative(), **options)
+    llm.set_seed(11)
+    assert sampled() == sampled(11)
+    llm.set_seed(LLAMA_DEFAULT_SEED)
+
+
+def test_greedy_options_keep_exactness_under_drafts(llm):
+    options = {"temperature": 0, "repeat_penalty": 1.2, "presence_penalty": 0.5, "logit_bias": {3: -1.0}}
+    plain = llm("The river flows the river flows", max_tokens=16, speculative=False, **options)
+    drafted = llm("The river flows the river flows", max_tokens=16, speculative=Speculative(draft="ngram"), **options)
+    assert drafted["choices"][0]["text"] == plain["choices"][0]["text"]
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"unit": {"enum": ["c", "f"]}},
+            "required": ["unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_tools_and_the_older_functions(llm):
+    messages = [{"role": "user", "content": "Weather?"}]
+    named = llm.create_chat_completion(
+        messages, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=80
+    )
+    choice = named["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    call = choice["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "get_weather" and isinstance(json.loads(call["function"]["arguments"]), dict)
+    legacy = llm.create_chat_completion(
+        messages, functions=[WEATHER["function"]], function_call={"name": "get_weather"}, max_tokens=80
+    )
+    assert legacy["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    no_params = {"type": "function", "function": {"name": "now"}}
+    called = llm.create_chat_completion(
+        messages, tools=[no_params], tool_choice={"type": "function", "function": {"name": "now"}}, max_tokens=80
+    )
+    assert json.loads(called["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) == {}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"grammar": "root ::= nothing-here"}, "nothing-here"),
+        ({"response_format": {"type": "json_object", "schema": {"$ref": "#"}}}, "schema"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"logit_bias": {10**9: 1.0}}, "outside the vocabulary"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "name"),
+        ({"tool_choice": "required"}, "needs tools"),
+    ],
+)
+def test_hostile_input_is_a_clear_error_and_the_model_stays_usable(llm, options, message):
+    with pytest.raises(ValueError, match=message):
+        llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=4, **options)
+    assert llm("The river", max_tokens=2)["choices"][0]["text"] is not None
+
+
+def test_a_grammar_with_a_dead_end_finishes_with_a_clear_reason(llm):
+    result = llm("x", grammar='root ::= "a" "\\x00"', max_tokens=8)
+    assert result["choices"][0]["finish_reason"] == "no_legal_token" and result["choices"][0]["text"] == "a"
+
+
+def test_state_arrays_are_llama_cpp_shaped(llm):
+    state = llm.save_state()
+    assert state.input_ids.dtype == np.intc
