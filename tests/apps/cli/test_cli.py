@@ -203,16 +203,16 @@ def test_draft_vocab_option(given, expected):
 def test_draft_memory_and_corpus_options(tmp_path):
     import argparse
 
-    from river_cpp.apps.cli._common import add_speculative_arguments, speculative
+    from river_cpp.apps.cli._common import add_speculative_arguments, draft_settings
     from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS
 
     parser = argparse.ArgumentParser()
     add_speculative_arguments(parser)
-    spec = speculative(parser.parse_args(["--speculative"]))
+    spec = draft_settings(parser.parse_args(["--speculative"]))
     assert spec.memory and spec.memory_tokens == DEFAULT_MEMORY_TOKENS and spec.corpus == ()
-    spec = speculative(parser.parse_args(["--speculative", "--draft-memory", "0", "--draft-corpus", "a", "b/c"]))
+    spec = draft_settings(parser.parse_args(["--speculative", "--draft-memory", "0", "--draft-corpus", "a", "b/c"]))
     assert not spec.memory and spec.corpus == ("a", "b/c")
-    assert speculative(parser.parse_args(["--speculative", "--draft-memory", "1000"])).memory_tokens == 1000
+    assert draft_settings(parser.parse_args(["--speculative", "--draft-memory", "1000"])).memory_tokens == 1000
 
 
 def test_generate_with_a_draft_corpus(tiny_llama4, tmp_path, capsys, monkeypatch):
