@@ -400,7 +400,7 @@ def check_structured(model, parsed: ParsedRequest) -> None:
     without tool support. The compiled grammar replaces grammar / response_format in
     the options (river_cpp.decoding.grammar.Grammar), so it is compiled once."""
     options = parsed.options
-    outside = [t for t, _ in options["sampling"].logit_bias if t >= model.n_vocab]
+    outside = [t for t, _ in options["decoding"].sampling.logit_bias if t >= model.n_vocab]
     if outside:
         raise APIError(400, f"logit_bias token id {outside[0]} is outside [0, {model.n_vocab})", param="logit_bias")
     if options.get("tools") is not None and options.get("tool_choice") != "none":

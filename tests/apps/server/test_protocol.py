@@ -305,7 +305,7 @@ def test_structured_output_tools_and_penalties_become_options():
     options = parsed.options
     assert options["response_format"]["json_schema"]["schema"] == schema
     assert options["tools"] == tools and options["tool_choice"] == "auto"
-    sampling = options["sampling"]
+    sampling = options["decoding"].sampling
     assert sampling.logit_bias == ((7, -100.0), (9, 2.5))
     assert (sampling.presence_penalty, sampling.frequency_penalty, sampling.typical_p) == (0.5, -0.5, 0.9)
     legacy = chat(functions=[{"name": "f"}], function_call={"name": "f"}).options
