@@ -26,14 +26,9 @@ from typing import Optional, Sequence
 
 from river_cpp import RiverModel
 from river_cpp._child import python_command
+from river_cpp.measure.corpus import prompt_set
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-FILES = {"chat": "chat_prompts.txt", "grounded": "grounded_prompts.txt"}
-
-
-def prompts(model: RiverModel, name: str, n: int) -> list[str]:
-    texts = [t.strip() for t in (DATA / FILES[name]).read_text().split("\n---\n") if t.strip()]
-    return [model.tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts[:n]]
+SETS = ("chat", "grounded")
 
 
 def run_sets(args: argparse.Namespace) -> dict:
@@ -52,7 +47,7 @@ def run_sets(args: argparse.Namespace) -> dict:
     for name in args.prompts:
         rows = []
         sources: dict[str, list[int]] = {}
-        for i, prompt in enumerate(prompts(model, name, args.n_prompts)):
+        for i, prompt in enumerate(prompt_set(model.tokenizer, name, args.n_prompts)):
             for r in range(args.rounds):
                 result, cpu = {}, {}
                 order = ("plain", "default") if (i + r) % 2 == 0 else ("default", "plain")
@@ -123,14 +118,14 @@ def peak_memory(args: argparse.Namespace, which: str) -> int:
     """Peak RSS (bytes) of this process after loading `which` and one answer."""
     options = {} if which == "default" else {"river": None, "speculative": False}
     with RiverModel(args.model, n_ctx=2048, n_threads=args.threads, progress=False, **options) as model:
-        model.generate(prompts(model, "chat", 1)[0], max_tokens=16)
+        model.generate(prompt_set(model.tokenizer, "chat", 1)[0], max_tokens=16)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True)
-    p.add_argument("--prompts", nargs="+", choices=sorted(FILES), default=["chat", "grounded"])
+    p.add_argument("--prompts", nargs="+", choices=SETS, default=["chat", "grounded"])
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("-n", "--n-tokens", type=int, default=64)
     p.add_argument("-r", "--rounds", type=int, default=2)
