@@ -82,6 +82,29 @@ def load_llama(path: Union[str, os.PathLike], *, cpu_only: bool = False, **optio
     return llama
 
 
+def load_prompt_lookup(
+    path: Union[str, os.PathLike], *, n_ctx: int, n_threads: int, max_draft: int, cpu_only: bool = False
+) -> llama_cpp.Llama:
+    """load_llama with llama-cpp-python's own prompt-lookup loop (LlamaPromptLookupDecoding,
+    up to max_draft tokens a round): the peer the lossless and repeated-work benchmarks
+    compare with."""
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    return load_llama(
+        path,
+        cpu_only=cpu_only,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        n_batch=512,
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=max_draft),
+        # its loop reads the scores of every drafted position: past n_batch tokens of
+        # context a Llama without logits_all has no row for them
+        logits_all=True,
+        verbose=False,
+    )
+
+
 class LlamaCppPeer:
     """A GGUF run by llama.cpp (llama-cpp-python), as a river_cpp LanguageModel."""
 

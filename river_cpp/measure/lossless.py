@@ -98,21 +98,9 @@ class PromptLookupPeer:
     """llama-cpp-python decoding with its LlamaPromptLookupDecoding draft, on a GGUF."""
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, max_draft: int) -> None:
-        import llama_cpp
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        from river_cpp.measure.llama_peer import load_prompt_lookup
 
-        self.llama = llama_cpp.Llama(
-            str(path),
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            n_batch=512,
-            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=max_draft),
-            # its loop reads the scores of every drafted position: past n_batch tokens of
-            # context a Llama without logits_all has no row for them
-            logits_all=True,
-            verbose=False,
-        )
+        self.llama = load_prompt_lookup(path, n_ctx=n_ctx, n_threads=n_threads, max_draft=max_draft)
 
     def decode(self, prompt: str, n_tokens: int, temperature: float, seed: int) -> tuple[float, int]:
         """(seconds from the first streamed token to the last, tokens after the first)."""

@@ -149,23 +149,9 @@ class PromptLookup:
     """llama-cpp-python's loop with LlamaPromptLookupDecoding on the same GGUF."""
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, max_draft: int = DEFAULT_MAX_DRAFT) -> None:
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        from river_cpp.measure.llama_peer import load_prompt_lookup
 
-        from river_cpp.measure.llama_peer import load_llama
-
-        self.llama = load_llama(
-            path,
-            cpu_only=True,
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            n_batch=512,
-            n_gpu_layers=0,
-            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=max_draft),
-            # its loop reads the scores of every drafted position
-            logits_all=True,
-            verbose=False,
-        )
+        self.llama = load_prompt_lookup(path, n_ctx=n_ctx, n_threads=n_threads, max_draft=max_draft, cpu_only=True)
 
     def decode(self, prompt: str, max_tokens: int) -> Run:
         began = time.perf_counter()
