@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
 from river_cpp.engine.model import RiverModel
+from river_cpp.engine.river import DEFAULT_RIVER_TYPE
 from river_cpp.measure.corpus import prompt_set
 from river_cpp.measure.draft_vocab import coverages, head_costs
 from river_cpp.measure.options import DEFAULT_N_PROMPTS, add_model_argument, add_tokens_argument
@@ -36,7 +37,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     model = RiverModel(
         args.model,
-        river=LOSSLESS.river,
+        river=DEFAULT_RIVER_TYPE,
         river_head=LOSSLESS.river_head,
         n_ctx=4096,
         n_threads=args.threads,

@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
 from river_cpp.decoding.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DRAFTS
+from river_cpp.engine.river import DEFAULT_RIVER_TYPE
 from river_cpp.measure import lossless, options
 from river_cpp.measure.corpus import prompt_set
 
@@ -34,7 +35,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_model_argument(p, help="backbone GGUF (F16 or quantized)")
     p.add_argument(
-        "--rivers", nargs="+", default=[LOSSLESS.river], help=f"river types to draft with (default {LOSSLESS.river})"
+        "--rivers",
+        nargs="+",
+        default=[DEFAULT_RIVER_TYPE],
+        help=f"river types to draft with (default {DEFAULT_RIVER_TYPE})",
     )
     p.add_argument(
         "--heads",
