@@ -226,14 +226,23 @@ class DraftLength:
     _BUDGET_MOST = 64.0  # winnings kept: a source that has paid may lose this much before it rests
 
     def __init__(
-        self, max_draft: int, adaptive: bool, *, free_sources: frozenset[str] = frozenset(), ends_unsure: bool = False
+        self,
+        max_draft: int,
+        adaptive: bool,
+        *,
+        free_sources: frozenset[str] = frozenset(),
+        ends_unsure: bool = False,
+        max_free: Optional[int] = None,
     ) -> None:
-        """free_sources: sources whose drafting costs nothing worth timing (n-gram
-        lookups): they need no first measuring draft and no probes (observe_unused
-        scores the offers a round does not draft). ends_unsure: the costly sources end
-        a round after a token they are unsure of (Speculative.p_min), so a round of
-        theirs is given the length that pays at full acceptance (_sure_length)."""
+        """max_draft: the most tokens a costly source drafts a round; max_free: a free
+        one (None: max_draft). free_sources: sources whose drafting costs nothing
+        worth timing (n-gram lookups): they need no first measuring draft and no
+        probes (observe_unused scores the offers a round does not draft). ends_unsure:
+        the costly sources end a round after a token they are unsure of
+        (Speculative.p_min), so a round of theirs is given the length that pays at
+        full acceptance (_sure_length)."""
         self.max_draft = max_draft
+        self.max_free = max_draft if max_free is None else max_free
         self.adaptive = adaptive
         self.free_sources = free_sources
         self.ends_unsure = ends_unsure
@@ -264,7 +273,7 @@ class DraftLength:
         round to the most tokens it can propose; k = 0 (source PLAIN) is plain decoding.
         At most `room` tokens."""
         self._rounds += 1
-        offers = {source: min(limit, self.max_draft, room) for source, limit in offers.items() if limit > 0}
+        offers = {source: min(limit, self._most(source), room) for source, limit in offers.items() if limit > 0}
         if self.adaptive:
             offers = {source: limit for source, limit in offers.items() if self._has_budget(source)}
         if not offers or room <= 0:
@@ -297,6 +306,10 @@ class DraftLength:
     def _plain(self) -> tuple[str, int]:
         return PLAIN, 0
 
+    def _most(self, source: str) -> int:
+        """The most tokens `source` may draft in a round."""
+        return self.max_free if source in self.free_sources else self.max_draft
+
     def _best(self, offers: Mapping[str, int]) -> tuple[tuple[str, int], str]:
         """The (source, k) with the most tokens per second (PLAIN, 0 unless one beats
         plain decoding by _MIN_GAIN), and the costly source that came closest ("" if
@@ -304,7 +317,7 @@ class DraftLength:
         a cost timed three times: a probe cannot find such a source paying, only cost
         a round; a 4-bit river on a 4-bit backbone, whose drafted token costs about a
         plain step)."""
-        verify = self.verify.costs(range(1, self.max_draft + 2))
+        verify = self.verify.costs(range(1, max(self.max_draft, self.max_free) + 2))
         best: tuple[str, int] = (PLAIN, 0)
         best_rate = plain_rate = (1.0 + self._MIN_GAIN) / verify[1]
         # Explore at most twice the longest draft verified so far: a guessed cost past it

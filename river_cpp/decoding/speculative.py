@@ -50,6 +50,13 @@ from river_cpp.engine.language_model import LanguageModel
 from river_cpp.engine.steps import Step, prefill
 
 DEFAULT_MAX_DRAFT = 8
+# A lookup's draft (an n-gram match, the memory, a corpus) costs nothing to propose,
+# so only the verify bounds it. Where the output copies its input, 8-token rounds
+# capped it: verifying n positions grows ~0.25-0.3 of a step per position on the
+# 1.5B Q4_K_M (2 threads), so 9 tokens a round could never beat 2.8x a step, and on
+# the recorded input-grounded answers an oracle drafting only kept tokens reached
+# 1.83x with rounds of 8, 2.07x with 16 and 2.14x with 24 (docs/results.md).
+DEFAULT_MAX_LOOKUP = 24
 # A river or model draft ends its round after a token it is unsure of (docs/results.md:
 # in replays 0.5 helped every trace but the 0.5B's input-grounded one, -3%).
 DEFAULT_P_MIN = 0.5
@@ -78,7 +85,9 @@ class Speculative:
         matches from the context: needs no river), an ExitPolicy (River's own exits
         drafting, on the same cache), or another LanguageModel with the same
         vocabulary and its own cache (a smaller GGUF: classic speculative decoding).
-    max_draft: most drafted tokens per round.
+    max_draft: most tokens a river or model draft proposes per round.
+    max_lookup: most tokens a lookup (an n-gram match, the memory, a corpus)
+        proposes per round: free to propose, so longer than max_draft by default.
     p_min: end a river or model draft's round after a token whose own top
         probability is below this (the token is still verified; 0: draft the chosen
         length). The adaptive length then gives such rounds the length that pays at
@@ -102,6 +111,7 @@ class Speculative:
 
     draft: Union[str, ExitPolicy, LanguageModel] = DEFAULT_DRAFT
     max_draft: int = DEFAULT_MAX_DRAFT
+    max_lookup: int = DEFAULT_MAX_LOOKUP
     p_min: float = DEFAULT_P_MIN
     adaptive: bool = True
     draft_vocab: Optional[int] = DEFAULT_DRAFT_VOCAB
@@ -115,6 +125,7 @@ class Speculative:
         if isinstance(self.draft, str) and self.draft not in DRAFTS:
             raise ValueError(f"draft must be one of {', '.join(DRAFTS)}, an ExitPolicy or a model, got {self.draft!r}")
         _check_int("max_draft", self.max_draft, 1, 64)
+        _check_int("max_lookup", self.max_lookup, 1, 64)
         if isinstance(self.p_min, bool) or not isinstance(self.p_min, numbers.Real) or not 0.0 <= self.p_min < 1.0:
             raise ValueError(f"p_min must be a number in [0, 1), got {self.p_min!r}")
         if self.draft_vocab is not None:
@@ -282,7 +293,9 @@ def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
     free = frozenset(ngram_source(n) for n in range(spec.ngram_min, spec.ngram_max + 1)) | frozenset(
         recall_source(kind, m) for kind in ("memory", "corpus") for m in MATCH_BUCKETS
     )
-    return DraftLength(spec.max_draft, adaptive=adaptive, free_sources=free, ends_unsure=spec.p_min > 0.0)
+    return DraftLength(
+        spec.max_draft, adaptive=adaptive, free_sources=free, ends_unsure=spec.p_min > 0.0, max_free=spec.max_lookup
+    )
 
 
 def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> DraftLength:
@@ -294,7 +307,7 @@ def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> D
         draft: object = (tuple(spec.draft.resolve(model.n_layer)), spec.draft.signal)
     else:
         draft = spec.draft if isinstance(spec.draft, str) else id(spec.draft)
-    key = (draft, spec.max_draft, spec.p_min, spec.draft_vocab, spec.ngram_min, spec.ngram_max)
+    key = (draft, spec.max_draft, spec.max_lookup, spec.p_min, spec.draft_vocab, spec.ngram_min, spec.ngram_max)
     key += (spec.memory, spec.corpus, model.n_threads, greedy)
     try:
         per_model = _learned.setdefault(model, {})
@@ -437,7 +450,7 @@ def speculative_step(
         # Tokens the grammar leaves no choice about are taken without a draft or a
         # forward of their own (each still uses its draw, as in the plain loop); their
         # K/V and logits come with this round's verify.
-        limit = min(spec.max_draft, model.n_ctx - start - 2)
+        limit = min(max(spec.max_draft, spec.max_lookup), model.n_ctx - start - 2)
         forced = _forced_tokens(model, state, limit) if state is not None else []
         if forced:
             sampler.skip(len(forced))
@@ -447,7 +460,8 @@ def speculative_step(
         base = len(forced)  # verify rows before the first draft's
         offers, named = {}, {}
         for name, source in sources.items():
-            available = source.available(history, spec.max_draft)
+            most = spec.max_lookup if isinstance(source, LookupDraft) else spec.max_draft
+            available = source.available(history, most)
             if available:
                 offer = _offer_name(name, source)
                 offers[offer], named[offer] = available, source

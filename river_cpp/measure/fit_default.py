@@ -73,6 +73,12 @@ def run_sets(args: argparse.Namespace) -> dict:
                         "default_cpu_seconds": cpu["default"],
                         "tokens": n_plain,
                         "identical": plain.token_ids == default.token_ids,
+                        # where the two part (None: nowhere): the backbone verifies a round's
+                        # drafts in one batched forward, whose logits differ from one-token
+                        # steps' by float rounding (llama.cpp's own batches do the same)
+                        "diverged_at": next(
+                            (j for j, (a, b) in enumerate(zip(plain.token_ids, default.token_ids)) if a != b), None
+                        ),
                     }
                 )
                 spec = default.speculative
@@ -93,7 +99,8 @@ def run_sets(args: argparse.Namespace) -> dict:
         print(
             f"{name}: default/plain mean {summary['mean_ratio']:.3f}, totals {summary['total_ratio']:.3f}, "
             f"CPU time {summary['cpu_ratio']:.3f}, "
-            f"identical {summary['identical']}, sources (rounds, drafted, accepted) {sources}"
+            f"identical {summary['identical']} (others part at tokens {summary['diverged_at']}), "
+            f"sources (rounds, drafted, accepted) {sources}"
         )
     model.close()
     return out
@@ -109,6 +116,7 @@ def _summary(rows: list[dict], sources: dict) -> dict:
         "cpu_ratio": sum(r["plain_cpu_seconds"] for r in rows) / sum(r["default_cpu_seconds"] for r in rows),
         "ratios": ratios,
         "identical": f"{sum(r['identical'] for r in rows)}/{len(rows)}",
+        "diverged_at": [r["diverged_at"] for r in rows if r["diverged_at"] is not None],
         "sources": sources,
         "rows": rows,
     }

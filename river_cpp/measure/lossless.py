@@ -195,7 +195,9 @@ def configurations(
                 for k in fixed:
                     configs.append(
                         Config(
-                            f"lossless {label} k={k}", models[name], Speculative(max_draft=k, adaptive=False, **options)
+                            f"lossless {label} k={k}",
+                            models[name],
+                            Speculative(max_draft=k, max_lookup=k, adaptive=False, **options),
                         )
                     )
     if draft_model:

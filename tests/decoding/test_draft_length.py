@@ -71,6 +71,17 @@ def test_a_fixed_length_takes_the_first_offer():
     assert length.choose(2, {"river": 5}) == ("river", 2)
 
 
+def test_a_free_source_drafts_past_the_costly_sources_limit():
+    fixed = DraftLength(4, adaptive=False, free_sources=FREE, max_free=12)
+    assert fixed.choose(100, {"ngram3": 20}) == ("ngram3", 12)
+    assert fixed.choose(100, {"river": 20}) == ("river", 4)
+    assert fixed.choose(6, {"ngram3": 20}) == ("ngram3", 6)
+    adaptive = DraftLength(4, adaptive=True, free_sources=FREE, max_free=12)
+    lengths = [_round(adaptive, {"ngram3": 12, "river": 12}, accepted={"ngram3": 1.0}, draft_cost={"river": 0.5})[1]]
+    lengths += [_round(adaptive, {"ngram3": 12}, accepted={"ngram3": 1.0}, draft_cost={})[1] for _ in range(40)]
+    assert max(lengths) == 12  # a copy that is always kept: the verify's 0.3 a position pays for all 12
+
+
 def test_each_span_of_a_round_is_credited_to_its_source():
     spans = [("river", 2), ("ngram3", 6), ("river", 1)]
     assert drafts_by_source(spans, 9) == {"river": (3, 3), "ngram3": (6, 6)}

@@ -284,6 +284,22 @@ def test_sampled_speculative_tokens_are_the_plain_runs_for_the_same_seed(model, 
         assert accepted > 0
 
 
+def test_lookup_drafts_are_as_long_as_max_lookup_and_river_drafts_as_max_draft(model):
+    """A context that repeats itself: the n-gram rounds draft up to max_lookup tokens
+    (past max_draft), the river's up to max_draft, and the tokens stay the backbone's."""
+    prompt_ids = model.tokenize(PROMPT, add_bos=True, special=True) * 3
+    expected = backbone_greedy(model, prompt_ids, 40)
+    for draft, most in (("ngram", 10), ("river", 2)):
+        model.reset()
+        spec = Speculative(draft=draft, max_draft=2, max_lookup=10, adaptive=False)
+        result = model.generate(prompt_ids, max_tokens=40, speculative=spec)
+        assert_backbone_tokens(model, prompt_ids, expected, result.token_ids)
+        rounds = sum(s.rounds for name, s in result.speculative.by_source.items() if name != "plain")
+        assert rounds and result.speculative.drafted <= most * rounds
+        if draft == "ngram":
+            assert result.speculative.drafted > 2 * rounds
+
+
 def test_the_sampling_test_can_fail(model, make_tiny_gguf):
     """The other model's own first-token distribution, as counts, fails the same test:
     a loop that returned draft samples unchanged would be caught."""
@@ -487,6 +503,8 @@ def test_fixed_draft_length():
     [
         (dict(max_draft=0), "max_draft"),
         (dict(max_draft=1.5), "max_draft"),
+        (dict(max_lookup=0), "max_lookup"),
+        (dict(max_lookup=65), "max_lookup"),
         (dict(p_min=1.0), "p_min"),
         (dict(p_min=float("nan")), "p_min"),
         (dict(draft="tiny"), "draft"),
@@ -564,7 +582,7 @@ def test_ngram_offers_a_round_did_not_draft_are_scored_against_its_emitted_token
     model = _SuccessorModel(chain)
     prompt = [1, 2, 3, 4, 5, 1, 2, 3]
     steps = speculative_step(
-        model, prompt, Sampler(SamplingParams(temperature=0.0)), Speculative(draft="ngram", ngram_max=3)
+        model, prompt, Sampler(SamplingParams(temperature=0.0)), Speculative(draft="ngram", ngram_max=3, max_lookup=8)
     )
     tokens = [step.token for _, step in zip(range(6), steps)]
     assert tokens == [4, 5, 9, 10, 11, 12]

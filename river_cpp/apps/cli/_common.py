@@ -139,7 +139,13 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     """--speculative, --draft and the draft's options (generate, chat, serve, eval, humaneval)."""
     from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS
     from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
-    from river_cpp.decoding.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN, DRAFTS
+    from river_cpp.decoding.speculative import (
+        DEFAULT_DRAFT_VOCAB,
+        DEFAULT_MAX_DRAFT,
+        DEFAULT_MAX_LOOKUP,
+        DEFAULT_P_MIN,
+        DRAFTS,
+    )
 
     group = p.add_argument_group("lossless decoding (drafts verified by the backbone)")
     group.add_argument(
@@ -161,7 +167,15 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_DRAFT,
         metavar="N",
-        help=f"most drafted tokens per round (default {DEFAULT_MAX_DRAFT})",
+        help=f"most tokens a river or model draft proposes per round (default {DEFAULT_MAX_DRAFT})",
+    )
+    group.add_argument(
+        "--lookup-max",
+        type=int,
+        default=DEFAULT_MAX_LOOKUP,
+        metavar="N",
+        help="most tokens an n-gram, memory or corpus match proposes per round: free to propose, so only "
+        f"the verify limits them (default {DEFAULT_MAX_LOOKUP})",
     )
     group.add_argument(
         "--draft-p-min",
@@ -207,12 +221,13 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def draft_settings(args: argparse.Namespace):
-    """The river_cpp.Speculative settings of --draft-max, --draft-p-min, --draft-vocab
-    and the n-gram sizes (its draft is chosen by the decision)."""
+    """The river_cpp.Speculative settings of --draft-max, --lookup-max, --draft-p-min,
+    --draft-vocab and the n-gram sizes (its draft is chosen by the decision)."""
     from river_cpp.decoding.speculative import Speculative
 
     return Speculative(
         max_draft=args.draft_max,
+        max_lookup=args.lookup_max,
         p_min=args.draft_p_min,
         draft_vocab=args.draft_vocab or None,
         ngram_min=args.ngram_min,
