@@ -217,6 +217,7 @@ def choose_river(
     *,
     n_threads: int,
     timer: Optional[Callable[..., Timings]] = None,
+    retime: bool = False,
 ) -> RiverChoice:
     """The river the default builds for the backbone at `model_path` on `n_threads`
     threads (see the module's docstring). Times the backbone, and the river types that
@@ -226,12 +227,14 @@ def choose_river(
 
     timer(model_path, river_types, n_threads=) -> Timings measures; the default is
     time_costs. The cache is keyed by the file's identity, the thread count and the
-    CPU's extra buffer types in use."""
+    CPU's extra buffer types in use. retime: time again instead of reading the cache
+    (a first timing on a loaded machine is kept otherwise; `river-cpp info MODEL
+    --retime` asks for this)."""
     path = Path(model_path)
     backbone_type, backbone_bytes, river_bytes = file_bytes(path)
     timer = timer or time_costs
     cache = _cache_path(path, n_threads)
-    timings = _read_cache(cache, path)
+    timings = None if retime else _read_cache(cache, path)
     if timings is None:
         timings = timer(path, (), n_threads=n_threads)
         _write_cache(cache, path, timings)

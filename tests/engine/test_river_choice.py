@@ -87,6 +87,17 @@ def test_choose_river_times_once_then_reads_the_cache(tiny_llama4, river_cache):
     assert len(calls) == 4
 
 
+def test_retime_times_again_and_replaces_the_cached_timings(tiny_llama4, river_cache):
+    """A first timing on a loaded machine (a steep curve) is replaced when asked."""
+    steep, _ = _counting(lambda types: Timings(STEEP) if not types else Timings({1: 1.0}, {types[0]: 2.0}))
+    assert choose_river(tiny_llama4, n_threads=2, timer=steep).river is None
+    flat, calls = _counting(lambda types: Timings(FLAT) if not types else Timings({1: 1.0}, {types[0]: 0.3}))
+    assert choose_river(tiny_llama4, n_threads=2, timer=flat).river is None and calls == []  # cached
+    retimed = choose_river(tiny_llama4, n_threads=2, timer=flat, retime=True)
+    assert retimed.river in ACCEPTANCE and calls[0] == ()
+    assert choose_river(tiny_llama4, n_threads=2, timer=flat) == retimed  # the new timings are cached
+
+
 def test_a_changed_file_is_timed_again(tmp_path, tiny_llama4, river_cache):
     model = tmp_path / "model.gguf"
     model.write_bytes(tiny_llama4.read_bytes())

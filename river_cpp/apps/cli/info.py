@@ -21,6 +21,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reprobe", action="store_true", help="probe the CPU's extra buffer types again instead of reading the cache"
     )
+    p.add_argument(
+        "--retime",
+        action="store_true",
+        help="with MODEL: time the backbone (and any river that pays on bytes) again instead of reading the "
+        "cached timings, on a machine that is otherwise idle",
+    )
     p.set_defaults(run=run)
 
 
@@ -35,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         from river_cpp.engine.model import default_n_threads
         from river_cpp.engine.river_choice import choose_river
 
-        choice = choose_river(args.model, n_threads=args.threads or default_n_threads())
+        choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
         info["river_choice"] = choice.as_dict()
     if args.json:
         print(json.dumps(info, indent=1))
