@@ -3,6 +3,7 @@ decoding of the same model object, interleaved, on one prompt set; and peak memo
 
     python benchmarks/fit_default.py -m MODEL.gguf --prompts chat grounded -n 64 -r 2 -t 2 --json out.json
     python benchmarks/fit_default.py -m MODEL.gguf --memory      # peak RSS: default vs plain, one answer each
+    python benchmarks/fit_default.py -m MODEL.gguf --lookup-max 8  # a control: lookups of 8 tokens a round
 
 Per prompt and round the two alternate which goes first (ABBA), so a drift of the
 machine's speed falls on both. Speeds are decode tokens/s; the ratio of a set is the
@@ -24,7 +25,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Optional, Sequence
 
-from river_cpp import RiverModel
+from river_cpp import RiverModel, Speculative
 from river_cpp._child import python_command
 from river_cpp.measure.corpus import prompt_set
 
@@ -42,7 +43,11 @@ def run_sets(args: argparse.Namespace) -> dict:
         "sets": {},
     }
     print(out["choice"], file=sys.stderr)
-    for speculative in (False, None):  # builds each route's graphs before anything is timed
+    drafted = None  # the default's own Speculative
+    if args.lookup_max is not None:  # a control: the default with another max_lookup
+        drafted = Speculative(draft="river+ngram" if model.has_river else "ngram", max_lookup=args.lookup_max)
+        out["lookup_max"] = args.lookup_max
+    for speculative in (False, drafted):  # builds each route's graphs before anything is timed
         model.generate("Hello", max_tokens=8, speculative=speculative)
     for name in args.prompts:
         rows = []
@@ -55,7 +60,7 @@ def run_sets(args: argparse.Namespace) -> dict:
                     model.reset()
                     began = time.process_time()
                     res = model.generate(
-                        prompt, max_tokens=args.n_tokens, speculative=False if which == "plain" else None
+                        prompt, max_tokens=args.n_tokens, speculative=False if which == "plain" else drafted
                     )
                     cpu[which] = time.process_time() - began
                     result[which] = res
@@ -138,6 +143,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("-n", "--n-tokens", type=int, default=64)
     p.add_argument("-r", "--rounds", type=int, default=2)
     p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument(
+        "--lookup-max",
+        type=int,
+        metavar="N",
+        help="a control: the default's drafts with lookups of at most N tokens a round (8 before max_lookup)",
+    )
     p.add_argument(
         "--memory", action="store_true", help="peak RSS of the default and of plain, each in its own process"
     )
