@@ -252,7 +252,11 @@ def summarize(
         ngrams = [ngram_offers(prompt, *ngram_sizes, max_draft) for prompt in trace["prompts"]]
 
     low, high = ngram_sizes
-    spec = Speculative(draft=drafts, max_draft=max_draft, p_min=p_min, ngram_min=low, ngram_max=high)
+    # n-gram offers are at most max_draft tokens here (ngram_offers), lookups included:
+    # the recorded verify curves reach 9 positions
+    spec = Speculative(
+        draft=drafts, max_draft=max_draft, max_lookup=max_draft, p_min=p_min, ngram_min=low, ngram_max=high
+    )
 
     def rate(length: DraftLength, fixed: Optional[int] = None) -> float:
         n, s = replay(trace, costs, length, fixed, ngrams, river=spec.uses_river, p_min=p_min)
