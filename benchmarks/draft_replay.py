@@ -27,7 +27,7 @@ from river_cpp.measure import draft_replay, options
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_model_argument(p, required=False, help="backbone GGUF: record a trace (without it, replay --trace)")
-    p.add_argument("--river", default="q4_0")
+    p.add_argument("--river", default="q4_0", help="the river type recorded; 'none': tokens and timings only")
     p.add_argument("--head", default="q4_0", help="the river's LM head type (default q4_0)")
     options.add_prompts_argument(p)
     options.add_tokens_argument(p)
@@ -68,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.model:
         trace = draft_replay.record_trace(
             args.model,
-            river=args.river,
+            river=None if args.river == "none" else args.river,
             head=args.head,
             prompts=args.prompts,
             n_prompts=args.n_prompts,

@@ -70,7 +70,7 @@ def record(model: RiverModel, prompt_ids: list[int], n_tokens: int, max_run: int
     for p in range(len(prompt_ids) - 1, len(tokens) - 1):
         # State: the backbone's rows for tokens[:p] are cached; tokens[p] is the last accepted.
         run, last, matching, top = 0, tokens[p], True, []
-        while p + len(top) + 1 < len(tokens) and (len(top) < chain or (matching and run < max_run)):
+        while model.has_river and p + len(top) + 1 < len(tokens) and (len(top) < chain or (matching and run < max_run)):
             began = time.perf_counter()
             logits = model.forward([last], last_only=True, route="decode", policy=on_river)
             last = int(np.argmax(logits[0]))
@@ -106,6 +106,22 @@ def ngram_offers(prompt: dict, n_min: int, n_max: int, max_draft: int) -> list[t
         offers.append((n if proposal else 0, len(proposal), run))
         index.extend(tokens[p + 1 : p + 2])
     return offers
+
+
+def ngram_bound(ngrams: Sequence[Sequence[tuple[int, int, int]]], ratio: dict[int, float]) -> float:
+    """Tokens per one-position verify of n-gram drafting that knew which offered tokens
+    the backbone keeps, over every prompt's offers (ngram_offers): at each position it
+    drafts the kept prefix of the offer, cut to the length with the most tokens per
+    verify cost (`ratio`: V(n)/V(1)), or decodes plainly. The bound for any controller
+    drafting these offers, in the units of the replays' ratio to plain decoding."""
+    tokens, cost = 0, 0.0
+    for offers in ngrams:
+        p = 0
+        while p < len(offers):
+            kept = min(offers[p][2], len(offers) - p - 1, max(ratio) - 1)
+            k = max(range(kept + 1), key=lambda j: (j + 1) / ratio[j + 1])
+            tokens, cost, p = tokens + k + 1, cost + ratio[k + 1], p + k + 1
+    return tokens / cost
 
 
 # ---------------------------------------------------------------- replay
@@ -252,8 +268,8 @@ def summarize(
         ngrams = [ngram_offers(prompt, *ngram_sizes, max_draft) for prompt in trace["prompts"]]
 
     low, high = ngram_sizes
-    # n-gram offers are at most max_draft tokens here (ngram_offers), lookups included:
-    # the recorded verify curves reach 9 positions
+    # n-gram offers are at most max_draft tokens here (ngram_offers): the recorded verify
+    # curves reach max_draft + 1 positions
     spec = Speculative(
         draft=drafts, max_draft=max_draft, max_lookup=max_draft, p_min=p_min, ngram_min=low, ngram_max=high
     )
@@ -262,14 +278,16 @@ def summarize(
         n, s = replay(trace, costs, length, fixed, ngrams, river=spec.uses_river, p_min=p_min)
         return n / s
 
-    fixed = {k: [rate(new_draft_length(spec, adaptive=False), k) for _ in range(replays)] for k in range(max_draft + 1)}
+    lengths = range(max_draft + 1) if spec.uses_river else range(1)  # the fixed lengths are the river's
+    fixed = {k: [rate(new_draft_length(spec, adaptive=False), k) for _ in range(replays)] for k in lengths}
     plain = float(np.mean(fixed[0]))
     runs = np.concatenate([np.asarray(t["runs"]) for t in trace["prompts"]])
     return {
         "adaptive": [rate(new_draft_length(spec, adaptive=True)) / plain for _ in range(replays)],
         "fixed": {k: float(np.mean(r)) / plain for k, r in fixed.items()},
         "acceptance_at_1": float(np.mean(runs >= 1)),
-        "draft_cost": float(np.median(costs.draft) / np.median(costs.verify_1)),
+        "ngram_bound": ngram_bound(ngrams, costs.ratio) if ngrams else None,
+        "draft_cost": float(np.median(costs.draft) / np.median(costs.verify_1)) if len(costs.draft) else 0.0,
         "verify_ratio": {n: round(r, 2) for n, r in costs.ratio.items()},
     }
 
@@ -277,7 +295,7 @@ def summarize(
 def record_trace(
     path: str,
     *,
-    river: str,
+    river: Optional[str],
     head: str,
     prompts: str,
     n_prompts: int,
@@ -288,8 +306,9 @@ def record_trace(
 ) -> dict:
     """A trace of the backbone GGUF at `path` with a river of type `river` (head type
     `head`) on `n_prompts` of the prompt set `prompts`: the verify curve and each
-    prompt's record() of n_tokens, `chain` top probabilities per position."""
-    model = RiverModel(path, river=river, river_head=head, n_ctx=2048, n_threads=threads)
+    prompt's record() of n_tokens, `chain` top probabilities per position. river None:
+    no river (the tokens and timings, for replaying n-gram drafts alone)."""
+    model = RiverModel(path, river=river, river_head=head if river else None, n_ctx=2048, n_threads=threads)
     ids = [model.tokenize(t, add_bos=True, special=True) for t in prompt_set(model.tokenizer, prompts, n_prompts)]
     return {
         "model": Path(path).name,
@@ -297,7 +316,7 @@ def record_trace(
         "head": head,
         "prompts_kind": prompts,
         "threads": threads,
-        "verify": verify_costs(model, ids[0], 16, 9),
+        "verify": verify_costs(model, ids[0], max(16, chain + 1), 9),
         "prompts": [record(model, prompt, n_tokens, max_run, chain) for prompt in ids],
     }
 
@@ -306,9 +325,12 @@ def summary_lines(result: dict, drafts: str) -> list[str]:
     """A summarize() result as the lines the command prints."""
     adaptive = np.asarray(result["adaptive"])
     accepted, cost = result["acceptance_at_1"], result["draft_cost"]
-    return [
+    lines = [
         f"    acceptance of a 1-token draft {accepted:.2f}, draft cost {cost:.2f}",
         f"    V(n)/V(1): {result['verify_ratio']}",
         f"    adaptive ({drafts}): mean {adaptive.mean():.3f}x, min {adaptive.min():.3f}x, max {adaptive.max():.3f}x",
         "    fixed k:  " + "  ".join(f"{k}: {r:.3f}x" for k, r in result["fixed"].items()),
     ]
+    if result.get("ngram_bound"):
+        lines.append(f"    n-gram bound (drafting only the offered tokens that are kept): {result['ngram_bound']:.3f}x")
+    return lines

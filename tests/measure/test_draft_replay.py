@@ -111,3 +111,26 @@ def test_record_on_a_tiny_model(tiny_llama: Path, tmp_path, monkeypatch):
     assert len(trace["runs"]) == len(trace["verify_1"]) == len(trace["tokens"]) - len(prompt)
     assert all(0 <= run <= 4 for run in trace["runs"])
     assert all(1 <= len(chain) <= 3 and all(0.0 < p <= 1.0 for p in chain) for chain in trace["confidence"])
+
+
+def test_the_ngram_bound_drafts_only_kept_tokens_where_they_pay():
+    ratio = {1: 1.0, 2: 1.5, 3: 1.75, 4: 2.0}
+    # a kept run of 3 at the first position (4 tokens for 2.0), then two plain steps
+    assert draft_replay.ngram_bound([[(3, 3, 3), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0)]], ratio) == (
+        pytest.approx(6 / 4.0)
+    )
+    # one kept token pays for a 2-position verify (2 tokens for 1.5), then a plain step
+    assert draft_replay.ngram_bound([[(1, 3, 1), (0, 0, 0), (0, 0, 0)]], ratio) == pytest.approx(3 / 2.5)
+    assert draft_replay.ngram_bound([[(0, 0, 0)] * 4], ratio) == 1.0
+
+
+def test_a_trace_without_a_river_replays_ngram_drafts_alone(tiny_llama: Path, tmp_path, monkeypatch):
+    monkeypatch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path))
+    with RiverModel(tiny_llama, river=None, n_ctx=128, n_threads=1, progress=False) as model:
+        prompt = model.tokenize("The quick brown fox", add_bos=True) * 3
+        recorded = record(model, prompt, n_tokens=8, max_run=4, chain=3)
+    assert recorded["runs"] == [0] * len(recorded["verify_1"]) and recorded["draft"] == []
+    trace = {"verify": VERIFY, "prompts": [recorded]}
+    result = summarize(trace, replays=2, max_draft=8, seed=0, drafts="ngram", p_min=0.0)
+    assert list(result["fixed"]) == [0]  # fixed lengths are the river's: none here
+    assert result["ngram_bound"] >= 1.0 and len(result["adaptive"]) == 2
