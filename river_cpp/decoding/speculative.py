@@ -53,9 +53,10 @@ DEFAULT_MAX_DRAFT = 8
 # A lookup's draft (an n-gram match, the memory, a corpus) costs nothing to propose,
 # so only the verify bounds it. Where the output copies its input, 8-token rounds
 # capped it: verifying n positions grows ~0.25-0.3 of a step per position on the
-# 1.5B Q4_K_M (2 threads), so 9 tokens a round could never beat 2.8x a step, and on
-# the recorded input-grounded answers an oracle drafting only kept tokens reached
-# 1.83x with rounds of 8, 2.07x with 16 and 2.14x with 24 (docs/results.md).
+# 1.5B Q4_K_M (2 threads), so 9 tokens a round could never beat 2.8x a step. On its
+# recorded input-grounded answers, the bound of drafting only the kept tokens went
+# from 1.80x with rounds of 8 to 2.00x with 24, the controller's replay from 1.49x to
+# 1.58x, and live from 1.57x to 1.84x (docs/results.md, "Longer lookups").
 DEFAULT_MAX_LOOKUP = 24
 # A river or model draft ends its round after a token it is unsure of (docs/results.md:
 # in replays 0.5 helped every trace but the 0.5B's input-grounded one, -3%).
