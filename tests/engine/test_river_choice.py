@@ -53,11 +53,25 @@ def test_a_river_that_pays_on_bytes_is_chosen_only_once_timed():
     untimed = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT))
     assert untimed.river is None and any(c.pays for c in untimed.candidates)
     assert "pay on bytes but were not timed yet" in untimed.reason
-    timed = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"iq4_nl": 0.35}))
+    slower = {"q3_k": 0.6, "q2_k": 0.6}  # timed far above their bytes
+    timed = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"iq4_nl": 0.35, **slower}))
     assert timed.river == "iq4_nl"
     assert "timed" in timed.reason
-    slow = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"iq4_nl": 1.0}))
+    slow = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"iq4_nl": 1.0, "q3_k": 1.0, "q2_k": 1.0}))
     assert slow.river is None  # a drafted token that costs a step never pays
+
+
+def test_a_timed_type_waits_while_an_untimed_one_promises_more_on_bytes():
+    """Bytes are the least a token costs, so an untimed type's promise on bytes is the
+    most it could give: the timed one is chosen only once it beats every such promise."""
+    backbone = 3200
+    first = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"q2_k": 0.3}))
+    promised = {c.river: c.speedup for c in first.candidates if c.timed_cost is None}
+    timed_q2 = next(c.speedup for c in first.candidates if c.river == "q2_k")
+    assert max(promised.values()) > timed_q2 and first.river is None
+    assert "not timed yet" in first.reason
+    both = weigh("F16", backbone, RIVER_BYTES, Timings(FLAT, {"q2_k": 0.3, "iq4_nl": 0.2, "q3_k": 0.5}))
+    assert both.river == "iq4_nl"  # timed at its bytes' cost, it beats Q2_K's timed promise
 
 
 def test_a_timing_faster_than_the_bytes_counts_as_the_bytes():
