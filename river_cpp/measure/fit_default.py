@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 
 from river_cpp import RiverModel, Speculative
 from river_cpp._child import python_command
+from river_cpp.decoding.acceptance import common_prefix
+from river_cpp.decoding.decision import default_draft
 from river_cpp.measure.corpus import prompt_set
 
 SETS = ("chat", "grounded")
@@ -45,7 +47,7 @@ def run_sets(args: argparse.Namespace) -> dict:
     print(out["choice"], file=sys.stderr)
     drafted = None  # the default's own Speculative
     if args.lookup_max is not None:  # a control: the default with another max_lookup
-        drafted = Speculative(draft="river+ngram" if model.has_river else "ngram", max_lookup=args.lookup_max)
+        drafted = default_draft(model.has_river, Speculative(max_lookup=args.lookup_max))
         out["lookup_max"] = args.lookup_max
     for speculative in (False, drafted):  # builds each route's graphs before anything is timed
         model.generate("Hello", max_tokens=8, speculative=speculative)
@@ -81,9 +83,9 @@ def run_sets(args: argparse.Namespace) -> dict:
                         # where the two part (None: nowhere): the backbone verifies a round's
                         # drafts in one batched forward, whose logits differ from one-token
                         # steps' by float rounding (llama.cpp's own batches do the same)
-                        "diverged_at": next(
-                            (j for j, (a, b) in enumerate(zip(plain.token_ids, default.token_ids)) if a != b), None
-                        ),
+                        "diverged_at": None
+                        if plain.token_ids == default.token_ids
+                        else common_prefix(plain.token_ids, default.token_ids),
                     }
                 )
                 spec = default.speculative
