@@ -193,17 +193,15 @@ def weigh(
         k, speedup = expected_speedup(acceptance, byte_cost if timed is None else timed, timings.verify_cost)
         candidates.append(Candidate(river, acceptance, byte_cost, river_bytes[river], timed, k, speedup))
     # the best accepted type that pays: on bytes where untimed, else timed
-    first = next((c for c in candidates if c.pays), None)
-    promising = [first] if first is not None and first.timed_cost is None else []
-    if first is not None and first.timed_cost is not None:
-        best = first
+    best = next((c for c in candidates if c.pays), None)
+    if best is not None and best.timed_cost is not None:
         reason = (
             f"a drafted token costs {best.cost:.2f} of a {backbone_type} backbone step (timed), and at its "
             f"acceptance {best.acceptance:.2f} it promises {best.speedup:.2f}x"
         )
         return RiverChoice(best.river, reason, backbone_type, backbone_bytes, tuple(candidates))
-    if promising:
-        reason = f"{', '.join(c.river for c in promising)} pay on bytes but were not timed yet"
+    if best is not None:
+        reason = f"{best.river} pay on bytes but were not timed yet"
         return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates))
     cheapest = min(candidates, key=lambda c: c.cost)
     timed = " (timed)" if cheapest.timed_cost is not None else " by bytes"
@@ -245,13 +243,14 @@ def choose_river(
     built = []  # rivers built here to be timed
     while True:
         choice = weigh(backbone_type, backbone_bytes, river_bytes, timings)
-        untimed = [c for c in choice.candidates if c.pays and c.timed_cost is None]
-        if choice.river is not None or not untimed:
+        # weigh names no river while the best accepted type that pays is untimed
+        untimed = next((c for c in choice.candidates if c.pays and c.timed_cost is None), None)
+        if choice.river is not None or untimed is None:
             for river in built:
                 if river != choice.river:
                     _forget_river(path, river)  # built to be timed, not chosen: "builds and maps none"
             return choice
-        river = untimed[0].river  # the best accepted of them (weigh)
+        river = untimed.river
         measured = timer(path, (river,), n_threads=n_threads).draft_cost
         timings = Timings(timings.verify, {**timings.draft_cost, river: measured[river]})
         _write_cache(cache, path, timings)
