@@ -18,6 +18,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from river_cpp._cpus import wait_policy
+
+# Before anything loads ggml's OpenMP runtime (llama_cpp, the engine's _core): how its
+# threads wait at barriers, unless the environment says (river_cpp._cpus).
+wait_policy()
+
 # public name -> the module that defines it
 _EXPORTS = {
     "ContextOverflowError": "river_cpp.engine.context",

@@ -1,5 +1,6 @@
 """What river-cpp runs on, for users and bug reports (`river-cpp info`): versions, ggml's
-backends and devices, the CPU and its extra buffer types, RPC, the cache folder.
+backends and devices, the CPU, its default threads and their wait policy, its extra
+buffer types, RPC, the cache folder.
 
 Asks no RPC server (a server that went away would abort the process) and loads no model.
 """
@@ -21,7 +22,8 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
     {"river_cpp", "llama_cpp_python", "ggml" {"version", "commit"}, "python",
     "platform", "backends" [names], "devices" [{"name", "description", "type",
     "memory_free", "memory_total", ...}], "cpu" {"model", "features" {name: value},
-    "os_amx_flags" [...]}, "extra_buffer_types" {"mode", "available", "allowed",
+    "os_amx_flags" [...]}, "threads" {"default", "reason", "wait_policy" {"settings",
+    "source", "description"}}, "extra_buffer_types" {"mode", "available", "allowed",
     "verdicts" {name: {"usable", "reason"}}}, "rpc" bool, "cache" {"path", "bytes"}}.
 
     reprobe: probe the CPU's extra buffer types again instead of reading the cache.
@@ -29,12 +31,15 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
     import llama_cpp
 
     import river_cpp
+    from river_cpp._cpus import default_thread_choice, wait_policy
     from river_cpp.engine import _core
     from river_cpp.engine.cache import cache_dir
     from river_cpp.engine.extra_bufts import cpu_model, extra_bufts
 
     decision = extra_bufts(reprobe=reprobe)
     cache = cache_dir()
+    threads = default_thread_choice()
+    waiting = wait_policy()
     return {
         "river_cpp": river_cpp.__version__,
         "llama_cpp_python": llama_cpp.__version__,
@@ -47,6 +52,15 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
             "model": cpu_model(),
             "features": dict(_core.cpu_features()),
             "os_amx_flags": os_cpu_flags("amx"),
+        },
+        "threads": {
+            "default": threads.n_threads,
+            "reason": threads.reason,
+            "wait_policy": {
+                "settings": dict(waiting.settings),
+                "source": waiting.source,
+                "description": waiting.describe(),
+            },
         },
         "extra_buffer_types": {
             "mode": decision.mode,
@@ -109,6 +123,11 @@ def format_system_info(info: Mapping[str, Any]) -> str:
         f"CPU                {cpu['model']}",
         f"  ggml features    {' '.join(features) or 'none reported'}",
         f"  AMX (OS flags)   {' '.join(cpu['os_amx_flags']) or 'none'}",
+    ]
+    threads = info["threads"]
+    lines += [
+        f"threads            {threads['default']} by default ({threads['reason']})",
+        f"  OpenMP waiting   {threads['wait_policy']['description']}",
     ]
     extra = info["extra_buffer_types"]
     lines.append(f"CPU extra buffer types (RIVER_CPP_EXTRA_BUFTS={extra['mode']}):")

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import river_cpp
+from river_cpp._cpus import default_n_threads
 from river_cpp.apps.cli import main
 from river_cpp.apps.info import folder_bytes, format_system_info, system_info
 from river_cpp.engine import _core
@@ -56,8 +57,11 @@ def test_info_command_prints_every_part(capsys):
         *(d["name"] for d in info["devices"]),
         *info["extra_buffer_types"]["available"],
         *(v["reason"] for v in info["extra_buffer_types"]["verdicts"].values()),
+        info["threads"]["reason"],
+        info["threads"]["wait_policy"]["description"],
     ):
         assert text in out
+    assert f"threads            {default_n_threads()} by default" in out
     assert ("RPC                built in" in out) == info["rpc"]
 
 
