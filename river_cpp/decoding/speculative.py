@@ -28,6 +28,7 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp.decoding.acceptance import Distribution, common_prefix, verify_drafts
+from river_cpp.decoding.draft_guard import RoundGuard
 from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
 from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS, memory_of
 from river_cpp.decoding.drafts import (
@@ -198,6 +199,7 @@ class SpeculativeStats:
     memory_tokens: int = 0  # tokens in the model's memory of earlier calls as this one began
     memory_capacity: int = 0  # ... and its capacity (0: no memory drafted)
     corpus_tokens: int = 0  # tokens in the corpus index (0: none)
+    guard_rests: int = 0  # times the round guard rested a source whose rounds lost to plain (RoundGuard)
 
     @property
     def acceptance_rate(self) -> float:
@@ -220,6 +222,8 @@ class SpeculativeStats:
             indexes.append(f"memory {self.memory_tokens:,} of {self.memory_capacity:,} tokens")
         if self.corpus_tokens:
             indexes.append(f"corpus {self.corpus_tokens:,} tokens")
+        if self.guard_rests:
+            indexes.append(f"{self.guard_rests} sources rested for losing to plain")
         return (
             f"speculative: {self.drafted} drafted, {self.accepted} accepted "
             f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify"
@@ -285,6 +289,8 @@ def _offer_name(name: str, source: Draft) -> str:
 # exploring lengths, probing) cost the demo model several percent of its speed.
 _learned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _MAX_LEARNED_PER_MODEL = 16
+# Each learned DraftLength's round guard: the plain rounds' timings it keeps go with it.
+_guards: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
@@ -425,6 +431,8 @@ def speculative_step(
     greedy = sampler.params.temperature == 0.0
     n_layer = model.n_layer
     lengths = draft_length_for(model, spec, greedy)
+    guard: RoundGuard = _guards.setdefault(lengths, RoundGuard())
+    guard.begin_request()
     sources = _sources(model, spec, lengths, stats)
     history = list(prompt_ids)
     for source in sources.values():
@@ -448,6 +456,7 @@ def speculative_step(
             return
 
         began = time.perf_counter()
+        guard.start_round(began)
         # Tokens the grammar leaves no choice about are taken without a draft or a
         # forward of their own (each still uses its draw, as in the plain loop); their
         # K/V and logits come with this round's verify.
@@ -466,7 +475,7 @@ def speculative_step(
             if available:
                 offer = _offer_name(name, source)
                 offers[offer], named[offer] = available, source
-        chosen, k = lengths.choose(model.n_ctx - start - 1 - base, offers)
+        chosen, k = lengths.choose(model.n_ctx - start - 1 - base, guard.allowed(offers) if spec.adaptive else offers)
         proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
         states = None
         if state is not None:
@@ -518,6 +527,8 @@ def speculative_step(
         stats.catch_up_seconds += proposal.catch_up_seconds
         stats.verify_seconds += verified_at - drafted_at
         stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
+        guard.end_round(chosen if drafts else PLAIN, base + len(new), began)
+        stats.guard_rests = guard.rests
         history += new
         for source in sources.values():
             source.keep(history)

@@ -1,0 +1,141 @@
+"""river_cpp.decoding.draft_guard: whole rounds that lose to plain rest their source;
+in the loop, a cost the controller's own timings miss is caught by the guard, and the
+tokens stay the backbone's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import river_cpp.decoding.speculative as speculative
+from river_cpp import ExitPolicy
+from river_cpp.decoding.draft_guard import RoundGuard
+from river_cpp.decoding.draft_length import PLAIN
+from river_cpp.decoding.sampling import Sampler, SamplingParams
+from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
+
+
+def test_a_losing_source_rests_and_a_winning_one_does_not():
+    guard = RoundGuard()
+    for _ in range(3):
+        guard.observe(PLAIN, 1, 1.0)
+    assert guard.plain_seconds == 1.0
+    for _ in range(20):  # 5 tokens for 3 steps' time: wins
+        assert guard.allowed({"ngram3": 8}) == {"ngram3": 8}
+        guard.observe("ngram3", 5, 3.0)
+    assert guard.loss("ngram3") < 0 and guard.rests == 0
+    # 2 tokens for 4 steps' time: after two such rounds it rests for 16 rounds.
+    guard.observe("ngram2", 2, 4.0)
+    assert guard.allowed({"ngram2": 8}) == {"ngram2": 8}
+    guard.observe("ngram2", 2, 4.0)
+    assert guard.rests == 1
+    rested = [guard.allowed({"ngram2": 8, "ngram3": 8}) for _ in range(17)]
+    assert all(offers == {"ngram3": 8} for offers in rested[:16])
+    assert rested[16] == {"ngram2": 8, "ngram3": 8}
+    # A second rest in the same request lasts twice as long.
+    guard.observe("ngram2", 1, 10.0)
+    assert guard.rests == 2
+    assert sum("ngram2" not in guard.allowed({"ngram2": 8}) for _ in range(40)) == 32
+
+
+def test_nothing_is_judged_before_plain_rounds_are_timed_and_each_request_starts_afresh():
+    guard = RoundGuard()
+    guard.observe("river", 1, 100.0)  # no plain timing yet
+    assert guard.rests == 0 and guard.loss("river") == 0.0
+    guard.observe(PLAIN, 1, 1.0)
+    guard.observe(PLAIN, 1, 1.0)
+    guard.observe("river", 1, 100.0)
+    assert guard.rests == 1 and guard.allowed({"river": 4}) == {}
+    guard.begin_request()
+    assert guard.allowed({"river": 4}) == {"river": 4} and guard.rests == 0
+    assert guard.plain_seconds == 1.0  # the plain step is the model's, kept
+
+
+def test_rounds_are_timed_from_start_to_start():
+    guard = RoundGuard()
+    guard.start_round(0.0)  # nothing in progress
+    guard.end_round(PLAIN, 1, 0.0)
+    guard.start_round(2.0)
+    assert guard.plain_seconds == 2.0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _SlowRewindModel:
+    """A backbone whose greedy token at each position is sequence[position] (a random
+    walk over three tokens: short n-grams recur, their continuations do not). A forward
+    costs one tick on `clock` whatever its length, so the controller's own timings see
+    drafting as free; dropping verified positions costs `rewind_cost` ticks, after
+    the round's timings: a cost only the guard's wall clock sees."""
+
+    n_ctx, n_layer, n_threads, has_river = 512, 2, 1, False
+    policy = ExitPolicy.never()
+
+    def __init__(self, sequence: list[int], clock: _Clock, rewind_cost: float, n_vocab: int = 8) -> None:
+        self.sequence, self.clock, self.rewind_cost = sequence, clock, rewind_cost
+        self.n_vocab, self.n_past = n_vocab, 0
+        self.last_exit_layers = np.zeros(0, dtype=np.int32)
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    def rewind(self, n_past: int) -> None:
+        if n_past < self.n_past:
+            self.clock.now += self.rewind_cost
+        self.n_past = n_past
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        pass
+
+    def cached_prefix(self, ids, *, route="prompt", policy=None) -> int:
+        return 0
+
+    def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None) -> np.ndarray:
+        self.clock.now += 1.0
+        positions = np.arange(self.n_past, self.n_past + len(ids))
+        self.n_past += len(ids)
+        self.last_exit_layers = np.full(len(ids), self.n_layer, dtype=np.int32)
+        logits = np.zeros((len(ids), self.n_vocab), dtype=np.float32)
+        logits[np.arange(len(ids)), [self.sequence[p + 1] for p in positions]] = 1.0
+        return logits[-1:] if last_only else logits
+
+
+LOSS_STEPS = RoundGuard._LOSS_STEPS
+SEQUENCE = [int(t) for t in np.random.default_rng(7).integers(1, 4, size=400)]
+N_PROMPT, N_TOKENS = 40, 120
+
+
+def _run(monkeypatch, loss_steps: float) -> tuple[list[int], float, SpeculativeStats]:
+    clock = _Clock()
+    monkeypatch.setattr(speculative, "time", clock)
+    monkeypatch.setattr(RoundGuard, "_LOSS_STEPS", loss_steps)
+    model = _SlowRewindModel(SEQUENCE, clock, rewind_cost=6.0)
+    stats = SpeculativeStats()
+    spec = Speculative(draft="ngram", memory=False, ngram_max=3, max_lookup=8)
+    steps = speculative_step(model, SEQUENCE[:N_PROMPT], Sampler(SamplingParams(temperature=0.0)), spec, stats)
+    tokens = [step.token for _, step in zip(range(N_TOKENS), steps)]
+    return tokens, clock.now, stats
+
+
+def test_the_guard_rests_drafts_whose_whole_rounds_lose(monkeypatch):
+    unguarded_tokens, unguarded_time, unguarded = _run(monkeypatch, float("inf"))
+    speculative._learned.clear()
+    guarded_tokens, guarded_time, guarded = _run(monkeypatch, LOSS_STEPS)
+    expected = SEQUENCE[N_PROMPT : N_PROMPT + N_TOKENS]
+    assert unguarded_tokens == guarded_tokens == expected
+    assert unguarded.guard_rests == 0 and guarded.guard_rests > 0
+    assert guarded_time < unguarded_time
+    assert "rested for losing to plain" in guarded.summary()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_learning():
+    speculative._learned.clear()
+    yield
+    speculative._learned.clear()
