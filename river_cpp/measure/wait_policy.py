@@ -33,7 +33,7 @@ PROMPT = "Write a long, detailed story about a river that flows through a city, 
 _OURS = """
 import json, sys
 import river_cpp
-from river_cpp.model import RiverModel
+from river_cpp import RiverModel
 path, n_threads, n_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with RiverModel(path, n_threads=n_threads, n_ctx=1024, river=None, progress=False) as model:
     prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": sys.argv[4]}])

@@ -1,0 +1,81 @@
+"""Whole requests on long real inputs against llama-cpp-python: time to first token,
+whole-request time and decode tokens/s (river_cpp.measure.whole_requests: the task set,
+the alternating app, what each column means).
+
+    python benchmarks/whole_requests.py -m MODEL.gguf -t 2 --workload tasks alternate \\
+        --configs plain default llama llama-ram --json out.json
+
+Say the machine's load with the numbers (`uptime` before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+from river_cpp.apps.cli._common import add_threads_argument
+from river_cpp.measure import options, whole_requests
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_model_argument(p, help="GGUF model (the issue's figures: the 1.5B Q4_K_M release)")
+    add_threads_argument(p)
+    p.add_argument("--workload", nargs="+", choices=whole_requests.WORKLOADS, default=list(whole_requests.WORKLOADS))
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        choices=whole_requests.CONFIGS,
+        default=["plain", "default", "llama"],
+        help="configurations (llama-ram runs in the alternate workload only)",
+    )
+    p.add_argument("--tasks", nargs="+", metavar="NAME", help="only these tasks of the long-input set")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="cap every request's tokens at N (a quick check)")
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--json", type=Path, help="write the summaries and every request's timings here")
+    args = p.parse_args(argv)
+
+    configs = whole_requests.open_configs(args.model, args.configs, n_ctx=args.n_ctx, n_threads=args.threads)
+    from river_cpp.engine._ggml import set_ggml_verbosity
+    from river_cpp.engine.tokenizer import Tokenizer
+
+    set_ggml_verbosity(False)
+    tokenizer = Tokenizer(os.fspath(args.model))
+
+    tokenize_chat = functools.partial(whole_requests.chat_ids, tokenizer)
+
+    report = {"model": os.fspath(args.model), "n_threads": args.threads, "load_average": os.getloadavg()[0]}
+    try:
+        for workload in args.workload:
+            print(f"## {workload}")
+            if workload == "tasks":
+                _, chosen = whole_requests.load_set()
+                if args.tasks:
+                    chosen = [t for t in chosen if t.name in args.tasks]
+                if args.max_tokens:
+                    chosen = [dataclasses.replace(t, max_tokens=min(t.max_tokens, args.max_tokens)) for t in chosen]
+                runs = {name: c for name, c in configs.items() if name != "llama-ram"}
+                results = whole_requests.run_tasks(runs, tokenize_chat, tasks=chosen)
+            else:
+                results = whole_requests.run_alternate(configs, tokenize_chat, max_tokens=args.max_tokens or 128)
+            rows = whole_requests.summary(results)
+            print("\n".join(whole_requests.table_lines(rows)))
+            report[workload] = rows
+    finally:
+        for config in configs.values():
+            closer = getattr(getattr(config, "model", None), "close", None)
+            if closer is not None:
+                closer()
+    report["load_average_after"] = os.getloadavg()[0]
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
