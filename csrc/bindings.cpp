@@ -48,6 +48,37 @@ py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t po
     return py::make_tuple(k, v);
 }
 
+py::bytes engine_save_kv(const river::Engine & engine, int64_t n) {
+    std::vector<uint8_t> state;
+    {
+        py::gil_scoped_release release;
+        state = engine.save_kv(n);
+    }
+    return py::bytes(reinterpret_cast<const char *>(state.data()), state.size());
+}
+
+void engine_load_kv(river::Engine & engine, int64_t n, const py::buffer & data) {
+    const py::buffer_info info = data.request();
+    if (info.ndim != 1 || info.itemsize != 1 || info.strides[0] != 1) {
+        throw river::Error("load_kv takes the bytes save_kv returned (a contiguous byte buffer)");
+    }
+    py::gil_scoped_release release;
+    engine.load_kv(n, static_cast<const uint8_t *>(info.ptr), static_cast<size_t>(info.size));
+}
+
+river::ExactMode exact_mode(const std::string & name) {
+    if (name == "off") {
+        return river::ExactMode::off;
+    }
+    if (name == "on") {
+        return river::ExactMode::on;
+    }
+    if (name == "bitwise") {
+        return river::ExactMode::bitwise;
+    }
+    throw river::Error("exact must be 'off', 'on' or 'bitwise', got '" + name + "'");
+}
+
 river::ExitConfig make_exit_config(std::vector<float> thresholds, const std::string & signal, int64_t tail_layers,
                                    bool river_head, int64_t exit_vocab) {
     river::ExitConfig config;
@@ -270,6 +301,10 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("fallback_ops", &river::Engine::fallback_ops)
         .def_property_readonly("reuse_graphs", &river::Engine::reuse_graphs)
         .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
+        .def("save_kv", &engine_save_kv, py::arg("n"),
+             "The cache's first n positions, every layer's K and V (the river's rows among them), as bytes.")
+        .def("load_kv", &engine_load_kv, py::arg("n"), py::arg("data"),
+             "Put back what save_kv(n) returned: the cache then holds those n positions.")
         .def("rewind", &river::Engine::rewind, py::arg("n_past"))
         .def("reset", &river::Engine::reset)
         .def_property("n_threads", &river::Engine::n_threads, &river::Engine::set_n_threads)

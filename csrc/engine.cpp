@@ -616,4 +616,26 @@ void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * 
     }
 }
 
+std::vector<uint8_t> Engine::save_kv(int64_t n) const {
+    check_devices();
+    if (!kv_) {
+        throw Error("save_kv: the engine is not placed yet (no cache)");
+    }
+    std::vector<uint8_t> state(kv_->state_size(n));
+    kv_->save(n, state.data());
+    return state;
+}
+
+void Engine::load_kv(int64_t n, const uint8_t * data, size_t size) {
+    check_devices();
+    if (!kv_) {
+        throw Error("load_kv: the engine is not placed yet (no cache)");
+    }
+    if (n < 0 || n > params_.n_ctx || size != kv_->state_size(n)) {
+        throw Error("load_kv: " + std::to_string(size) + " bytes are not the state of " + std::to_string(n) +
+                    " positions of this model (" + std::to_string(n >= 0 ? kv_->state_size(n) : 0) + " bytes)");
+    }
+    kv_->load(n, data);
+}
+
 }  // namespace river

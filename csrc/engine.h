@@ -128,6 +128,13 @@ public:
     // n_embd_kv: for tests and inspection.
     void read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const;
 
+    // The cache's first n positions (every layer's K and V, the river's rows among
+    // them: they share the cache) as bytes, and back, for a prompt cache across
+    // requests; load_kv makes n the sequence's length, and throws unless `size` is
+    // what save_kv(n) writes.
+    std::vector<uint8_t> save_kv(int64_t n) const;
+    void load_kv(int64_t n, const uint8_t * data, size_t size);
+
     void rewind(int64_t n_past);
     void reset() { rewind(0); }
 

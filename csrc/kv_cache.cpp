@@ -64,4 +64,44 @@ void KvCache::rewind(int64_t n_past) {
     n_past_ = n_past;
 }
 
+size_t KvCache::state_size(int64_t n) const {
+    return 2 * k_.size() * ggml_row_size(k_cache_type, k_.empty() ? 0 : k_[0]->ne[0] * n);
+}
+
+void KvCache::save(int64_t n, uint8_t * out) const {
+    if (n < 0 || n > n_past_) {
+        throw Error("cannot save " + std::to_string(n) + " cache positions (it holds " + std::to_string(n_past_) + ")");
+    }
+    for (size_t il = 0; il < k_.size(); ++il) {
+        const ggml_tensor * k = k_[il];  // [n_embd_kv, n_ctx]: the first n rows are contiguous
+        ggml_backend_tensor_get(k, out, 0, k->nb[1] * n);
+        out += k->nb[1] * n;
+        const ggml_tensor * v = v_[il];  // [n_ctx, n_embd_kv]: n values at the start of each row
+        const size_t row = ggml_row_size(v->type, n);
+        for (int64_t c = 0; c < v->ne[1]; ++c) {
+            ggml_backend_tensor_get(v, out, c * v->nb[1], row);
+            out += row;
+        }
+    }
+}
+
+void KvCache::load(int64_t n, const uint8_t * data) {
+    if (n < 0 || n > n_ctx_) {
+        throw Error("cannot load " + std::to_string(n) + " cache positions into a cache of n_ctx " +
+                    std::to_string(n_ctx_));
+    }
+    for (size_t il = 0; il < k_.size(); ++il) {
+        ggml_tensor * k = k_[il];  // [n_embd_kv, n_ctx]
+        ggml_backend_tensor_set(k, data, 0, k->nb[1] * n);
+        data += k->nb[1] * n;
+        ggml_tensor * v = v_[il];  // [n_ctx, n_embd_kv]
+        const size_t row = ggml_row_size(v->type, n);
+        for (int64_t c = 0; c < v->ne[1]; ++c) {
+            ggml_backend_tensor_set(v, data, c * v->nb[1], row);
+            data += row;
+        }
+    }
+    n_past_ = n;
+}
+
 }  // namespace river

@@ -39,6 +39,13 @@ public:
     void advance(int64_t n_tokens);
     void rewind(int64_t n_past);
 
+    // Positions [0, n) of every layer as bytes, and back (a prompt cache's state):
+    // per layer, K's n rows then V's n_embd_kv rows of n values, F16 as stored.
+    // state_size(n) is what save writes and load reads; load makes n the cache's n_past.
+    size_t state_size(int64_t n) const;
+    void save(int64_t n, uint8_t * out) const;
+    void load(int64_t n, const uint8_t * data);
+
     // The destructor will leak the cache's memory if it lives on one of `lost`
     // (see forsake_if_lost).
     void forsake_if_lost(const std::set<ggml_backend_dev_t> & lost) { river::forsake_if_lost(buffer_, lost); }
