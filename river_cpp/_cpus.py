@@ -8,6 +8,7 @@ Reads the topology only (Linux sysfs, else /proc/cpuinfo); does not pin threads.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +19,10 @@ OPENMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 # What river-cpp sets where the user set none: ggml's OpenMP threads wait at each
 # barrier; a thread that spins long burns the core a working thread (ours, or another
 # process's) needs. A short spin, then sleep (docs/results.md, "Threads under load").
-DEFAULT_WAIT = {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "0"}
+# 1,000 spins kept the idle speed (1.01x libgomp's own 300,000) and lifted the speed
+# beside a busy process from 0.27 to 0.41 of idle; OMP_WAIT_POLICY=PASSIVE lifted it to
+# 0.84 but cost 36% idle (1.5B Q4_K_M, 2 threads, AMD EPYC 2 cores: docs/results.md).
+DEFAULT_WAIT = {"GOMP_SPINCOUNT": "1000", "KMP_BLOCKTIME": "0"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,3 +260,80 @@ def wait_policy() -> WaitPolicy:
     if _wait_policy is None:
         _wait_policy = set_wait_policy()
     return _wait_policy
+
+
+# ---------------------------------------------------------------------------------------
+# Threads that follow the machine's load
+# ---------------------------------------------------------------------------------------
+
+
+def _read_proc_stat(cpus: frozenset[int]) -> Optional[tuple[int, int]]:
+    """(busy, total) clock ticks of the CPUs `cpus` since boot, from /proc/stat."""
+    text = _read(Path("/proc/stat"))
+    if text is None:
+        return None
+    busy = total = 0
+    for line in text.splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+            continue
+        ticks = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(ticks)
+        busy += sum(ticks) - ticks[3] - ticks[4]
+    return busy, total
+
+
+def _read_self_ticks() -> Optional[int]:
+    """User plus system clock ticks of this process (all its threads), from /proc/self/stat."""
+    text = _read(Path("/proc/self/stat"))
+    if text is None:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the file)
+
+
+class ThreadGovernor:
+    """The thread count of the next forwards: at most `n_max`, one fewer for each CPU
+    that other processes kept busy over the last `interval` seconds (rounded), at
+    least one. ggml's threads work in lockstep: beside a busy process, a thread that
+    must wait for its core stalls every other thread at the next barrier, and on 2
+    cores plain decoding fell to 0.27-0.41 of its idle speed with 2 threads, where
+    1 thread kept 0.62. Reads /proc/stat and /proc/self/stat (or the readers given,
+    for tests); where they are missing it always answers n_max.
+    """
+
+    def __init__(
+        self,
+        n_max: int,
+        *,
+        cpus: Optional[Iterable[int]] = None,
+        interval: float = 0.5,
+        read_stat: Optional[Callable[[], Optional[tuple[int, int]]]] = None,
+        read_self: Callable[[], Optional[int]] = _read_self_ticks,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.n_max = max(1, int(n_max))
+        allowed = frozenset(_allowed_cpus() if cpus is None else cpus)
+        self._n_cpus = len(allowed)
+        self._read_stat = read_stat if read_stat is not None else (lambda: _read_proc_stat(allowed))
+        self._read_self, self._clock, self.interval = read_self, clock, interval
+        self._last: Optional[tuple[float, int, int, int]] = None
+        self.n_threads = self.n_max
+        self.others = 0.0  # CPUs other processes kept busy over the last interval
+
+    def threads(self) -> int:
+        """The thread count to run with now (sampled at most once per interval)."""
+        now = self._clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self.n_threads
+        stat, own = self._read_stat(), self._read_self()
+        if stat is None or own is None:
+            return self.n_threads
+        busy, total = stat
+        if self._last is not None and total > self._last[2]:
+            _, busy0, total0, own0 = self._last
+            share = self._n_cpus / (total - total0)  # CPUs per tick of all the CPUs together
+            self.others = max(0.0, ((busy - busy0) - (own - own0)) * share)
+            self.n_threads = max(1, min(self.n_max, round(self._n_cpus - self.others)))
+        self._last = (now, busy, total, own)
+        return self.n_threads

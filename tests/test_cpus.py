@@ -12,6 +12,7 @@ import pytest
 
 from river_cpp._cpus import (
     DEFAULT_WAIT,
+    ThreadGovernor,
     choose_threads,
     parse_cpu_list,
     read_topology,
@@ -125,3 +126,61 @@ def test_import_order_in_a_fresh_process():
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["river-cpp", DEFAULT_WAIT["GOMP_SPINCOUNT"]]
+
+
+class _FakeProc:
+    """/proc/stat and /proc/self/stat as counters a test advances: per second of the
+    clock, `others` CPUs busy with other processes and `own` with this one (100 ticks a
+    CPU-second, 2 CPUs)."""
+
+    def __init__(self) -> None:
+        self.now, self.busy, self.total, self.own = 0.0, 0, 0, 0
+
+    def run(self, seconds: float, *, others: float, own: float) -> None:
+        self.now += seconds
+        self.total += int(2 * 100 * seconds)
+        self.busy += int((others + own) * 100 * seconds)
+        self.own += int(own * 100 * seconds)
+
+
+def _governor(proc: _FakeProc, n_max: int = 2) -> ThreadGovernor:
+    return ThreadGovernor(
+        n_max,
+        cpus=[0, 1],
+        read_stat=lambda: (proc.busy, proc.total),
+        read_self=lambda: proc.own,
+        clock=lambda: proc.now,
+    )
+
+
+def test_threads_give_way_to_a_busy_process_and_come_back():
+    proc = _FakeProc()
+    governor = _governor(proc)
+    assert governor.threads() == 2  # nothing measured yet
+    proc.run(1.0, others=0.1, own=1.9)  # idle machine
+    assert governor.threads() == 2
+    proc.run(1.0, others=0.7, own=1.3)  # a busy process takes its share of the two cores
+    assert governor.threads() == 1 and governor.others == pytest.approx(0.7)
+    proc.run(0.2, others=0.0, own=1.0)  # sampled at most every half second
+    assert governor.threads() == 1
+    proc.run(1.0, others=1.0, own=1.0)  # with one thread the busy process has a core
+    assert governor.threads() == 1
+    proc.run(1.0, others=0.0, own=1.0)  # it ended
+    assert governor.threads() == 2
+
+
+def test_threads_never_exceed_the_cap_nor_drop_below_one():
+    proc = _FakeProc()
+    governor = _governor(proc, n_max=1)
+    governor.threads()
+    proc.run(1.0, others=0.0, own=1.0)
+    assert governor.threads() == 1
+    governor = _governor(proc, n_max=2)
+    governor.threads()
+    proc.run(1.0, others=2.0, own=0.0)
+    assert governor.threads() == 1
+
+
+def test_without_proc_the_count_stays():
+    governor = ThreadGovernor(3, cpus=[0, 1, 2], read_stat=lambda: None, read_self=lambda: None)
+    assert governor.threads() == 3 and governor.threads() == 3
