@@ -49,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     tokenize_chat = functools.partial(whole_requests.chat_ids, tokenizer)
 
-    report = {"model": os.fspath(args.model), "n_threads": args.threads, "load_average": os.getloadavg()[0]}
+    report = {"model": Path(args.model).name, "n_threads": args.threads, "load_average": os.getloadavg()[0]}
     try:
         for workload in args.workload:
             print(f"## {workload}")

@@ -20,9 +20,11 @@ import struct
 import tempfile
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol, Sequence, Union
+from typing import Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -35,6 +37,27 @@ _MAGIC = b"RVPC"
 _VERSION = 1
 # magic, version, key length, number of ids, state bytes, sha256 of (key, ids, state)
 _HEADER = struct.Struct("<4sIIQQ32s")
+
+
+# Entries serve only requests of the scope they were saved in (the server's: a hash of the
+# client's API key, unless it shares the cache); "" outside any.
+_scope: ContextVar[str] = ContextVar("river_cpp_prompt_cache_scope", default="")
+
+
+@contextmanager
+def cache_scope(scope: str) -> Iterator[None]:
+    """Within this block, prompt caches save and restore only entries of `scope` (never
+    the secret itself: it is written to disk with the entries; pass a hash)."""
+    token = _scope.set(str(scope))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def _key(backbone: StatefulBackbone) -> str:
+    scope = _scope.get()
+    return backbone.state_key() + (f"\0scope={scope}" if scope else "")
 
 
 class StatefulBackbone(Protocol):
@@ -136,7 +159,7 @@ class PromptCache:
         if limit <= max(cached, 0):
             return cached
         query = np.asarray(ids, dtype=np.int32)
-        key = backbone.state_key()
+        key = _key(backbone)
         with self._lock:
             best, best_n = None, cached
             for entry in self._candidates(key):
@@ -160,7 +183,7 @@ class PromptCache:
         ids, state = backbone.prefix_state()
         if len(ids) < self.min_tokens or not state:
             return
-        key = backbone.state_key()
+        key = _key(backbone)
         query = np.asarray(ids, dtype=np.int32)
         with self._lock:
             for handle, entry in list(self._ram.items()):

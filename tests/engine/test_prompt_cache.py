@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import pytest
 
-from river_cpp.engine.prompt_cache import PromptCache
+from river_cpp.engine.prompt_cache import PromptCache, cache_scope
 
 
 class StateBackbone:
@@ -143,3 +143,18 @@ def test_bad_options_are_refused():
         PromptCache(-1)
     with pytest.raises(ValueError, match="disk_bytes"):
         PromptCache(disk_bytes=1.5)
+
+
+def test_a_scope_sees_only_its_own_entries(tmp_path):
+    cache = PromptCache(disk=tmp_path, min_tokens=4)
+    model = StateBackbone()
+    model.ids = list(DOC_A)
+    with cache_scope("client-1"):
+        cache.save(model)
+    with cache_scope("client-2"):
+        assert cache.restore(model, DOC_A + [1], cached=0) == 0
+    assert cache.restore(model, DOC_A + [1], cached=0) == 0  # nor outside any scope
+    with cache_scope("client-1"):
+        assert cache.restore(model, DOC_A + [1], cached=0) == 40
+    with cache_scope("client-1"):  # on disk too, after a restart
+        assert PromptCache(disk=tmp_path, min_tokens=4).restore(StateBackbone(), DOC_A + [1], cached=0) == 40
