@@ -296,6 +296,25 @@ class PromptCache:
             _unlink(path)
 
 
+def make_prompt_cache(option: object) -> Optional[PromptCache]:
+    """RiverModel(prompt_cache=...)'s value as a cache: None or False: none; True: a
+    PromptCache in RAM; an int: one of that many bytes; a folder (str or path): RAM and a
+    disk tier there; a PromptCache: itself. TypeError for anything else."""
+    if option is None or option is False:
+        return None
+    if option is True:
+        return PromptCache()
+    if isinstance(option, PromptCache):
+        return option
+    if isinstance(option, int):
+        return PromptCache(option)
+    if isinstance(option, (str, os.PathLike)):
+        return PromptCache(disk=option)
+    raise TypeError(
+        f"prompt_cache must be None, a bool, a byte budget, a folder or a PromptCache, got {type(option).__name__}"
+    )
+
+
 def _unlink(path: Path) -> None:
     try:
         path.unlink()

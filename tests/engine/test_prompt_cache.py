@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import pytest
 
-from river_cpp.engine.prompt_cache import PromptCache, cache_scope
+from river_cpp.engine.prompt_cache import PromptCache, cache_scope, make_prompt_cache
 
 
 class StateBackbone:
@@ -158,3 +158,14 @@ def test_a_scope_sees_only_its_own_entries(tmp_path):
         assert cache.restore(model, DOC_A + [1], cached=0) == 40
     with cache_scope("client-1"):  # on disk too, after a restart
         assert PromptCache(disk=tmp_path, min_tokens=4).restore(StateBackbone(), DOC_A + [1], cached=0) == 40
+
+
+def test_make_prompt_cache(tmp_path):
+    assert make_prompt_cache(None) is None and make_prompt_cache(False) is None
+    assert make_prompt_cache(True).ram_bytes == PromptCache().ram_bytes
+    assert make_prompt_cache(1 << 20).ram_bytes == 1 << 20
+    assert make_prompt_cache(str(tmp_path)).disk == tmp_path
+    cache = PromptCache()
+    assert make_prompt_cache(cache) is cache
+    with pytest.raises(TypeError, match="prompt_cache must be"):
+        make_prompt_cache(1.5)
