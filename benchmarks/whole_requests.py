@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -36,6 +37,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     p.add_argument("--tasks", nargs="+", metavar="NAME", help="only these tasks of the long-input set")
     p.add_argument("--max-tokens", type=int, metavar="N", help="cap every request's tokens at N (a quick check)")
+    p.add_argument(
+        "--prompt-cache",
+        type=int,
+        default=2 << 30,
+        metavar="BYTES",
+        help="our models' prompt cache in the alternate workload (RAM bytes; 0: none); tasks always run without",
+    )
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--json", type=Path, help="write the summaries and every request's timings here")
     args = p.parse_args(argv)
@@ -60,9 +68,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if args.max_tokens:
                     chosen = [dataclasses.replace(t, max_tokens=min(t.max_tokens, args.max_tokens)) for t in chosen]
                 runs = {name: c for name, c in configs.items() if name != "llama-ram"}
+                for config in runs.values():
+                    if hasattr(config, "model"):
+                        config.model.prompt_cache = None
                 results = whole_requests.run_tasks(runs, tokenize_chat, tasks=chosen)
-            else:
+            elif workload == "alternate":
+                for config in configs.values():
+                    if hasattr(config, "model"):
+                        config.model.prompt_cache = args.prompt_cache or None
                 results = whole_requests.run_alternate(configs, tokenize_chat, max_tokens=args.max_tokens or 128)
+            else:
+                with tempfile.TemporaryDirectory() as folder:
+                    results = whole_requests.run_disk(
+                        args.model, tokenize_chat, Path(folder), n_ctx=args.n_ctx, n_threads=args.threads
+                    )
             rows = whole_requests.summary(results)
             print("\n".join(whole_requests.table_lines(rows)))
             report[workload] = rows

@@ -315,6 +315,25 @@ def make_prompt_cache(option: object) -> Optional[PromptCache]:
     )
 
 
+def from_llama_cpp_cache(cache: object) -> Optional[PromptCache]:
+    """The PromptCache that stands for a cache given to Llama.set_cache: a river-cpp
+    PromptCache as it is; llama-cpp-python's LlamaRAMCache as RAM of its capacity;
+    its LlamaDiskCache as a disk tier of its capacity in its folder (our own files,
+    beside any of llama-cpp-python's there), with the default RAM; None: none."""
+    if cache is None or isinstance(cache, PromptCache):
+        return cache
+    capacity = getattr(cache, "capacity_bytes", None)
+    if not isinstance(capacity, int):
+        raise TypeError(
+            "set_cache takes a river_cpp PromptCache, a llama_cpp.LlamaRAMCache or LlamaDiskCache, or None; "
+            f"got {type(cache).__name__}"
+        )
+    folder = getattr(getattr(cache, "cache", None), "directory", None)  # LlamaDiskCache's diskcache.Cache
+    if folder is not None:
+        return PromptCache(disk=folder, disk_bytes=capacity)
+    return PromptCache(capacity)
+
+
 def _unlink(path: Path) -> None:
     try:
         path.unlink()

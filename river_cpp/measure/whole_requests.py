@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "long_inputs"
-WORKLOADS = ("tasks", "alternate")
+WORKLOADS = ("tasks", "alternate", "disk")
 CONFIGS = ("plain", "default", "llama", "llama-ram")
 LLAMA_RAM_BYTES = 2 << 30  # LlamaRAMCache's capacity in `alternate`: the two documents' states fit
 # The alternating app's follow-up turns, one per document.
@@ -230,6 +230,34 @@ def run_alternate(
             chats[(name, doc)] = messages + [{"role": "assistant", "content": timing.text}]
             results[name].append(timing)
             progress(_line(name, timing))
+    return results
+
+
+def run_disk(
+    path: Path,
+    tokenize_chat: Callable[[list[dict[str, str]]], list[int]],
+    folder: Path,
+    *,
+    n_ctx: int,
+    n_threads: int,
+    progress: Callable[[str], None] = print,
+) -> dict[str, list[Timing]]:
+    """ "cold" and "restarted": the second question on a document from an empty cache, and
+    from the disk tier a first model wrote (plain decoding, 16 tokens)."""
+    from river_cpp import RiverModel
+
+    documents, tasks = load_set()
+    first, second = [t for t in tasks if t.document == "fnmatch" and t.kind in ("question", "quote")][:2]
+    results: dict[str, list[Timing]] = {"cold": [], "restarted": []}
+    with RiverModel(str(path), n_ctx=n_ctx, n_threads=n_threads, prompt_cache=folder) as model:
+        model.generate(tokenize_chat(task_messages(documents, first)), max_tokens=16, speculative=False)
+    ids = tokenize_chat(task_messages(documents, second))
+    with RiverModel(str(path), n_ctx=n_ctx, n_threads=n_threads) as model:
+        results["cold"].append(OurConfig("cold", model, speculative=False).run(second.name, ids, 16))
+    with RiverModel(str(path), n_ctx=n_ctx, n_threads=n_threads, prompt_cache=folder) as model:
+        results["restarted"].append(OurConfig("restarted", model, speculative=False).run(second.name, ids, 16))
+    for name, timings in results.items():
+        progress(_line(name, timings[0]))
     return results
 
 

@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import pytest
 
-from river_cpp.engine.prompt_cache import PromptCache, cache_scope, make_prompt_cache
+from river_cpp.engine.prompt_cache import PromptCache, cache_scope, from_llama_cpp_cache, make_prompt_cache
 
 
 class StateBackbone:
@@ -169,3 +169,16 @@ def test_make_prompt_cache(tmp_path):
     assert make_prompt_cache(cache) is cache
     with pytest.raises(TypeError, match="prompt_cache must be"):
         make_prompt_cache(1.5)
+
+
+def test_llama_cpp_caches_become_prompt_caches(tmp_path):
+    import llama_cpp
+
+    ram = from_llama_cpp_cache(llama_cpp.LlamaRAMCache(capacity_bytes=1 << 20))
+    assert ram.ram_bytes == 1 << 20 and ram.disk is None
+    disk = from_llama_cpp_cache(llama_cpp.LlamaDiskCache(cache_dir=str(tmp_path), capacity_bytes=1 << 24))
+    assert disk.disk == tmp_path and disk.disk_bytes == 1 << 24
+    ours = PromptCache()
+    assert from_llama_cpp_cache(ours) is ours and from_llama_cpp_cache(None) is None
+    with pytest.raises(TypeError, match="set_cache takes"):
+        from_llama_cpp_cache({})
