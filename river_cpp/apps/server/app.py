@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import hmac
 import json
 import sys
@@ -205,6 +206,15 @@ class Server:
         """POST /v1/chat/completions."""
         return await self._generate(request, chat=True)
 
+    def _cache_scope(self, request: Request) -> str:
+        """The prompt cache scope of a request: "" (shared) with --share-prompt-cache, else a
+        hash of the API key it presented (the key itself is never kept)."""
+        if self.config.share_prompt_cache:
+            return ""
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given[:7].lower() == "bearer " else ""
+        return hashlib.sha256(token.encode("utf-8")).hexdigest()[:32] if token else ""
+
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         try:
             body = parse_json(await self._body(request))
@@ -221,7 +231,7 @@ class Server:
             # Tokenizing reads the vocabulary only, so it runs beside a generation.
             await asyncio.get_running_loop().run_in_executor(None, check_structured, model, parsed)
             await asyncio.get_running_loop().run_in_executor(None, check_prompt_fits, model, parsed)
-            job = Job(asyncio.get_running_loop(), parsed, self.model_id)
+            job = Job(asyncio.get_running_loop(), parsed, self.model_id, scope=self._cache_scope(request))
             if not self.worker.submit(job):
                 raise busy(f"the server is busy ({self.worker.capacity} requests running or queued); retry later")
         except APIError as error:

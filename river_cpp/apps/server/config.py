@@ -29,6 +29,9 @@ class ServerConfig:
     default (RiverModel's policy and speculative, as `river-cpp serve` resolved them).
     share_drafts: requests draft from the model's memory of earlier requests (and add
         theirs to it); off, no request's text reaches another's drafts (or timing).
+    share_prompt_cache: a prompt cached by one client's request serves every client's
+        (a shared prefix is then faster for all; output never changes); off, a cached
+        prefix serves only requests that present the same API key.
     """
 
     host: str = "127.0.0.1"
@@ -41,6 +44,7 @@ class ServerConfig:
     insecure: bool = False
     keepalive_seconds: float = 10.0
     share_drafts: bool = False
+    share_prompt_cache: bool = False
 
     def check(self) -> None:
         """ValueError for a configuration that must not run."""

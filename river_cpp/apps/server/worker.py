@@ -19,6 +19,7 @@ from river_cpp.apps.completions import CANCELLED
 from river_cpp.apps.server.config import DEFAULT_QUEUE_SIZE
 from river_cpp.apps.server.protocol import APIError, ParsedRequest, overflow_error
 from river_cpp.engine.context import ContextOverflowError
+from river_cpp.engine.prompt_cache import cache_scope
 
 log = logging.getLogger("river_cpp.apps.server")
 
@@ -31,8 +32,11 @@ class Job:
     ("done",) last. Setting `cancel` stops the generation at its next token.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, request: ParsedRequest, model_id: str) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, request: ParsedRequest, model_id: str, *, scope: str = ""
+    ) -> None:
         self.loop = loop
+        self.scope = scope  # the prompt cache's scope (river_cpp.engine.prompt_cache.cache_scope)
         self.request = request
         self.model_id = model_id
         self.events: asyncio.Queue[tuple] = asyncio.Queue()
@@ -94,6 +98,7 @@ class ModelWorker:
         self.load_error: Optional[BaseException] = None
         self.ready = threading.Event()
         self.finished: deque[Job] = deque(maxlen=32)  # the latest jobs, for tests and logs
+        self._scope = ""  # the prompt cache scope of the sequence the model holds
         self._thread = threading.Thread(target=self._main, name="river-cpp-model", daemon=True)
 
     def start(self) -> None:
@@ -136,7 +141,11 @@ class ModelWorker:
             if job is None:
                 return
             try:
-                job.run(self.model)
+                if job.scope != self._scope:  # the sequence the model holds is another scope's
+                    self._scope = job.scope
+                    getattr(self.model, "reset", lambda: None)()
+                with cache_scope(job.scope):
+                    job.run(self.model)
             finally:
                 self.finished.append(job)
                 with self._count_lock:
