@@ -8,8 +8,10 @@ copying task, 24-token lookups verified at a few tokens each ran the 1.5B Q4_K_M
 0.71-0.91x of plain (issue 41). The guard sees only the clock: a round from its start
 to the next round's start, so everything it caused is in it. A source whose recent
 rounds (faded) lost more than _LOSS_STEPS plain steps rests for a while, doubling each
-time it rests again in the same request. It decides nothing else; DraftLength still
-chooses among the sources it leaves on offer.
+time it rests again in the same request; so does drafting as a whole (ALL) when the
+request's drafted rounds together lose that much, since each of a dozen sources (n-gram
+sizes, memory buckets) losing its own two steps before it rests would add up. It
+decides nothing else; DraftLength still chooses among the sources it leaves on offer.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from statistics import median
 from typing import Mapping, Optional
 
 from river_cpp.decoding.draft_length import PLAIN
+
+ALL = "*"  # the guard's name for every source together
 
 
 class RoundGuard:
@@ -60,6 +64,8 @@ class RoundGuard:
     def allowed(self, offers: Mapping[str, int]) -> dict[str, int]:
         """The offers whose source is not resting."""
         self._round += 1
+        if self._rest_until.get(ALL, 0) >= self._round:
+            return {}
         return {source: n for source, n in offers.items() if self._rest_until.get(source, 0) < self._round}
 
     def observe(self, source: str, tokens: int, seconds: float) -> None:
@@ -72,14 +78,16 @@ class RoundGuard:
             return
         if len(self._plain) < self._MIN_PLAIN:
             return
-        loss = self._DECAY * self._loss.get(source, 0.0) + seconds / self.plain_seconds - tokens
-        self._loss[source] = loss
-        if loss > self._LOSS_STEPS:
-            rest = self._rest.get(source, self._REST_ROUNDS // 2) * 2
-            self._rest[source] = rest
-            self._rest_until[source] = self._round + rest
-            self._loss[source] = 0.0  # judged afresh after its rest
-            self.rests += 1
+        lost = seconds / self.plain_seconds - tokens
+        for name in (source, ALL):
+            loss = self._DECAY * self._loss.get(name, 0.0) + lost
+            self._loss[name] = loss
+            if loss > self._LOSS_STEPS:
+                rest = self._rest.get(name, self._REST_ROUNDS // 2) * 2
+                self._rest[name] = rest
+                self._rest_until[name] = self._round + rest
+                self._loss[name] = 0.0  # judged afresh after its rest
+                self.rests += 1
 
     def start_round(self, now: float) -> None:
         """Close the round in progress (begun by end_round) at `now`, the next one's start."""

@@ -9,7 +9,7 @@ import pytest
 
 import river_cpp.decoding.speculative as speculative
 from river_cpp import ExitPolicy
-from river_cpp.decoding.draft_guard import RoundGuard
+from river_cpp.decoding.draft_guard import ALL, RoundGuard
 from river_cpp.decoding.draft_length import PLAIN
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
@@ -32,10 +32,25 @@ def test_a_losing_source_rests_and_a_winning_one_does_not():
     rested = [guard.allowed({"ngram2": 8, "ngram3": 8}) for _ in range(17)]
     assert all(offers == {"ngram3": 8} for offers in rested[:16])
     assert rested[16] == {"ngram2": 8, "ngram3": 8}
-    # A second rest in the same request lasts twice as long.
+    # A second rest in the same request lasts twice as long; a round that loses 9 steps
+    # outweighs what drafting had won, so drafting as a whole rests too (16 rounds).
     guard.observe("ngram2", 1, 10.0)
-    assert guard.rests == 2
-    assert sum("ngram2" not in guard.allowed({"ngram2": 8}) for _ in range(40)) == 32
+    assert guard.rests == 3 and guard.loss(ALL) == 0.0
+    offers = [guard.allowed({"ngram2": 8, "ngram3": 8}) for _ in range(40)]
+    assert offers[:16] == [{}] * 16
+    assert offers[16:32] == [{"ngram3": 8}] * 16 and offers[32] == {"ngram2": 8, "ngram3": 8}
+
+
+def test_sources_that_each_lose_a_little_rest_drafting_as_a_whole():
+    guard = RoundGuard()
+    for _ in range(2):
+        guard.observe(PLAIN, 1, 1.0)
+    # a dozen sources, each losing one step once: none alone passes two steps
+    for k in range(12):
+        guard.allowed({f"ngram{k}": 4})
+        guard.observe(f"ngram{k}", 1, 2.0)
+    assert all(guard.loss(f"ngram{k}") <= 1.0 for k in range(12))
+    assert guard.rests >= 1 and guard.allowed({"ngram99": 4}) == {}
 
 
 def test_nothing_is_judged_before_plain_rounds_are_timed_and_each_request_starts_afresh():
@@ -45,7 +60,7 @@ def test_nothing_is_judged_before_plain_rounds_are_timed_and_each_request_starts
     guard.observe(PLAIN, 1, 1.0)
     guard.observe(PLAIN, 1, 1.0)
     guard.observe("river", 1, 100.0)
-    assert guard.rests == 1 and guard.allowed({"river": 4}) == {}
+    assert guard.rests == 2 and guard.allowed({"river": 4}) == {}  # the river, and drafting as a whole
     guard.begin_request()
     assert guard.allowed({"river": 4}) == {"river": 4} and guard.rests == 0
     assert guard.plain_seconds == 1.0  # the plain step is the model's, kept
