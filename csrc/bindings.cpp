@@ -17,7 +17,8 @@
 
 namespace py = pybind11;
 
-void bind_gguf(py::module_ & m);   // bindings_gguf.cpp
+void bind_gguf(py::module_ & m);    // bindings_gguf.cpp
+void bind_exact(py::module_ & m);   // bindings_exact.cpp
 
 namespace {
 
@@ -254,9 +255,12 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<river::Engine>(m, "Engine")
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
-                         std::vector<std::string> cpu_extra_bufts, bool reuse_graphs) {
+                         std::vector<std::string> cpu_extra_bufts, bool reuse_graphs, const std::string & exact,
+                         int64_t exact_rows) {
                  river::EngineParams params;
                  params.reuse_graphs = reuse_graphs;
+                 params.exact = exact_mode(exact);
+                 params.exact_rows = exact_rows;
                  params.n_ctx = n_ctx;
                  params.n_batch = n_batch;
                  params.n_threads = n_threads;
@@ -265,7 +269,8 @@ PYBIND11_MODULE(_core, m) {
                  return std::make_unique<river::Engine>(path, params);
              }),
              py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true,
-             py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true)
+             py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true,
+             py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows)
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
              "Append ids and return their logits; tokens leave the backbone as `exit` (an ExitConfig) says, "
              "None: the full backbone.")
@@ -320,6 +325,7 @@ PYBIND11_MODULE(_core, m) {
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");
     bind_gguf(m);
+    bind_exact(m);
     m.def("devices", &devices_list, py::arg("rpc_endpoints") = std::vector<std::string>{},
           "The devices ggml offers (of the RPC ones, those of rpc_endpoints): offloading ones first, the CPU last.");
     m.def("cpu_extra_buffer_types", &cpu_extra_buffer_type_names,

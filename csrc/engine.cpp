@@ -195,7 +195,11 @@ void Engine::place(const Placement & placement) {
     backbone_.output_norm = copies->on(head_dev, backbone_.output_norm);
     river_.output = copies->on(placement_device(placement.river_head), river_.output);
     copies->upload();
-    std::vector<ggml_tensor **> matrices = matrix_slots(backbone_.layers, backbone_.output);
+    // a bitwise engine multiplies the backbone's host matrices in their plain layout
+    std::vector<ggml_tensor **> matrices;
+    if (params_.exact != ExactMode::bitwise) {
+        matrices = matrix_slots(backbone_.layers, backbone_.output);
+    }
     if (has_river()) {
         const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
         matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
@@ -480,6 +484,7 @@ void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * c
         ggml_set_input(in.kq_mask_swa);
     }
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
+    g.exact = params_.exact != ExactMode::off && n_tokens <= params_.exact_rows;
 
     // [n_embd, n_tokens]
     ggml_tensor * inpL = nullptr;
@@ -561,6 +566,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     set_input(graph.in.kq_mask_swa, batch.kq_mask_swa.data());
     set_input(graph.in.k_rows, batch.k_rows.data());
     set_input(graph.in.v_rows, batch.v_rows.data());
+    ggml_backend_sched_set_eval_callback(graph.sched, eval_callback_, eval_user_data_);
     if (ggml_backend_sched_graph_compute(graph.sched, graph.gf) != GGML_STATUS_SUCCESS) {
         throw Error("graph computation failed");
     }

@@ -24,6 +24,13 @@
 
 namespace river {
 
+// How far a batch's rows equal one-token steps, bit for bit (graph.h, exact_ops.h).
+enum class ExactMode {
+    off,       // ggml's kernels by batch size: a row can differ in the last bits
+    on,        // identical, except products by matrices repacked into an extra buffer type
+    bitwise,   // identical: the backbone's matrices stay in the plain layout
+};
+
 struct EngineParams {
     int64_t n_ctx = 2048;
     int64_t n_batch = 512;   // most positions one graph processes; longer inputs are split
@@ -34,6 +41,12 @@ struct EngineParams {
     // caller decides which work on this host (none by default: the plain layout
     // never faults).
     std::vector<std::string> cpu_extra_bufts;
+    // Whether a row of a batch is computed as the same token's one-token step computes
+    // it (see ExactMode), in batches of at most exact_rows tokens: decode steps and
+    // verifies (up to 64 forced tokens, the last one and 64 drafted); longer batches
+    // (prompts, the same in every decoding) take ggml's fastest kernels.
+    ExactMode exact = ExactMode::on;
+    int64_t exact_rows = 129;
 };
 
 // Where time goes per graph: building and allocating it vs computing it.
@@ -138,6 +151,13 @@ public:
     void rewind(int64_t n_past);
     void reset() { rewind(0); }
 
+    // Every graph computed from now on reports its nodes to `callback` (ggml's eval
+    // callback: ggml_backend_sched_set_eval_callback); nullptr, the default: none.
+    void set_eval_callback(ggml_backend_sched_eval_callback callback, void * user_data) {
+        eval_callback_ = callback;
+        eval_user_data_ = user_data;
+    }
+
     const GraphStats & graph_stats() const { return stats_; }
     // Per device name, the ops of the graphs built so far that it cannot run and that
     // ran on the CPU instead (see fallback.h); empty when every op ran where placed.
@@ -214,6 +234,8 @@ private:
     ggml_tensor * state_ = nullptr;   // residual stream between segments: [n_embd, n_batch]
     std::unique_ptr<GraphCache> graphs_;
     GraphStats stats_;
+    ggml_backend_sched_eval_callback eval_callback_ = nullptr;
+    void * eval_user_data_ = nullptr;
 };
 
 }  // namespace river

@@ -1,8 +1,37 @@
 #include "graph.h"
 
+#include "exact_ops.h"
+
 namespace river {
 
 namespace {
+
+// w x cur, named "<name>-<il>". In an exact graph, where w is in the plain layout, each
+// column comes out as it would alone: by ggml's kernel where that computes every batch
+// of two or more columns alike (a single column padded to two), else by exact_mul_mat.
+// cur: [n_in, n_tokens] -> [n_out, n_tokens]
+ggml_tensor * mul_mat(const GraphContext & g, ggml_tensor * w, ggml_tensor * cur, const char * name, int64_t il) {
+    const bool exact = g.exact && exact_mul_mat_supports(w);
+    const bool pad = exact && ggml_batches_alike(w->type) && cur->ne[1] == 1;
+    if (pad) {
+        // [n_in, 2]
+        cur = ggml_pad(g.ctx, cur, 0, 1, 0, 0);
+    }
+    ggml_tensor * out =
+        exact && !ggml_batches_alike(w->type) ? exact_mul_mat(g.ctx, w, cur) : ggml_mul_mat(g.ctx, w, cur);
+    ggml_format_name(out, "%s-%d", name, static_cast<int>(il));
+    // [n_out, 2] -> [n_out, 1]
+    return pad ? ggml_view_2d(g.ctx, out, out->ne[0], 1, out->nb[1], 0) : out;
+}
+
+// Attention's products by the cache (K, V), exact_mul_mat in an exact graph.
+ggml_tensor * cache_mul_mat(const GraphContext & g, ggml_tensor * cache, ggml_tensor * cur, const char * name,
+                            int64_t il) {
+    ggml_tensor * out =
+        g.exact && exact_mul_mat_supports(cache) ? exact_mul_mat(g.ctx, cache, cur) : ggml_mul_mat(g.ctx, cache, cur);
+    ggml_format_name(out, "%s-%d", name, static_cast<int>(il));
+    return out;
+}
 
 ggml_tensor * build_norm(const GraphContext & g, ggml_tensor * cur, ggml_tensor * weight) {
     return ggml_mul(g.ctx, ggml_rms_norm(g.ctx, cur, g.hp.rms_eps), weight);
@@ -21,12 +50,13 @@ ggml_tensor * build_rope(const GraphContext & g, int64_t il, ggml_tensor * cur) 
                          /*beta_fast*/ 32.0f, /*beta_slow*/ 1.0f);
 }
 
-ggml_tensor * build_ffn(const GraphContext & g, const LayerWeights & w, ggml_tensor * cur) {
+ggml_tensor * build_ffn(const GraphContext & g, const LayerWeights & w, int64_t il, ggml_tensor * cur) {
     // down(act(gate(x)) * up(x))
-    ggml_tensor * gate = ggml_mul_mat(g.ctx, w.ffn_gate, cur);
-    ggml_tensor * up = ggml_mul_mat(g.ctx, w.ffn_up, cur);
+    ggml_tensor * gate = mul_mat(g, w.ffn_gate, cur, "ffn_gate", il);
+    ggml_tensor * up = mul_mat(g, w.ffn_up, cur, "ffn_up", il);
     cur = g.hp.ffn_act == FfnActivation::gelu ? ggml_geglu_split(g.ctx, gate, up) : ggml_swiglu_split(g.ctx, gate, up);
-    return ggml_mul_mat(g.ctx, w.ffn_down, cur);
+    ggml_format_name(cur, "ffn_act-%d", static_cast<int>(il));
+    return mul_mat(g, w.ffn_down, cur, "ffn_down", il);
 }
 
 // gemma normalizes a sublayer's output before adding it to the residual stream
@@ -66,18 +96,22 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
     ggml_tensor * q = ggml_permute(ctx, Qcur, 0, 2, 1, 3);
 
     // softmax(q k^T * attn_scale + mask): [n_kv, n_tokens, n_head]
-    ggml_tensor * kq = ggml_mul_mat(ctx, k, q);
-    // F32 accumulation: a GPU backend's default for F16 operands may accumulate in F16
-    // (ggml-vulkan does), which attention scores cannot afford (the CPU ignores this).
-    ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
+    ggml_tensor * kq = cache_mul_mat(g, k, q, "kq", il);
+    if (kq->op == GGML_OP_MUL_MAT) {
+        // F32 accumulation: a GPU backend's default for F16 operands may accumulate in F16
+        // (ggml-vulkan does), which attention scores cannot afford (the CPU ignores this).
+        ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
+    }
     ggml_tensor * mask = hp.is_swa(il) ? g.in.kq_mask_swa : g.in.kq_mask;
     kq = ggml_soft_max_ext(ctx, kq, mask, kq_scale, 0.0f);
     ggml_format_name(kq, "kq_soft_max-%d", static_cast<int>(il));
 
     // [head, n_tokens, n_head] -> [head, n_head, n_tokens] -> [n_embd_q, n_tokens]
-    ggml_tensor * kqv = ggml_mul_mat(ctx, v, kq);
+    ggml_tensor * kqv = cache_mul_mat(g, v, kq, "kqv", il);
     ggml_tensor * cur = ggml_permute(ctx, kqv, 0, 2, 1, 3);
-    return ggml_cont_2d(ctx, cur, hp.n_embd_q(), n_tokens);
+    cur = ggml_cont_2d(ctx, cur, hp.n_embd_q(), n_tokens);
+    ggml_format_name(cur, "kqv_out-%d", static_cast<int>(il));
+    return cur;
 }
 
 }  // namespace
@@ -94,10 +128,10 @@ ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_
 
     // [n_embd_head, n_head(_kv), n_tokens]
     ggml_tensor * Qcur =
-        ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wq, cur), w.bq), hp.n_embd_head, hp.n_head, n_tokens);
-    ggml_tensor * Kcur =
-        ggml_reshape_3d(ctx, add_bias(g, ggml_mul_mat(ctx, w.wk, cur), w.bk), hp.n_embd_head, hp.n_head_kv, n_tokens);
-    ggml_tensor * Vcur = add_bias(g, ggml_mul_mat(ctx, w.wv, cur), w.bv);
+        ggml_reshape_3d(ctx, add_bias(g, mul_mat(g, w.wq, cur, "wq", il), w.bq), hp.n_embd_head, hp.n_head, n_tokens);
+    ggml_tensor * Kcur = ggml_reshape_3d(ctx, add_bias(g, mul_mat(g, w.wk, cur, "wk", il), w.bk), hp.n_embd_head,
+                                         hp.n_head_kv, n_tokens);
+    ggml_tensor * Vcur = add_bias(g, mul_mat(g, w.wv, cur, "wv", il), w.bv);
     if (w.q_norm) {
         Qcur = build_norm(g, Qcur, w.q_norm);
         Kcur = build_norm(g, Kcur, w.k_norm);
@@ -108,13 +142,15 @@ ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_
     ggml_format_name(Kcur, "Kcur-%d", il_name);
 
     cur = build_attention(g, il, Qcur, Kcur, Vcur);
-    cur = build_post_norm(g, ggml_mul_mat(ctx, w.wo, cur), w.attn_post_norm);
+    cur = build_post_norm(g, mul_mat(g, w.wo, cur, "wo", il), w.attn_post_norm);
     ggml_format_name(cur, "attn_out-%d", il_name);
 
     ggml_tensor * ffn_inp = ggml_add(ctx, cur, inpSA);
     ggml_format_name(ffn_inp, "ffn_inp-%d", il_name);
 
-    cur = build_ffn(g, w, build_norm(g, ffn_inp, w.ffn_norm));
+    cur = build_norm(g, ffn_inp, w.ffn_norm);
+    ggml_format_name(cur, "ffn_norm-%d", il_name);
+    cur = build_ffn(g, w, il, cur);
     cur = build_post_norm(g, cur, w.ffn_post_norm);
     ggml_format_name(cur, "ffn_out-%d", il_name);
 
@@ -144,7 +180,7 @@ ggml_tensor * build_state_similarity(ggml_context * ctx, StateSignal signal, ggm
 ggml_tensor * build_head(const GraphContext & g, ggml_tensor * output_norm, ggml_tensor * output, ggml_tensor * cur) {
     cur = build_norm(g, cur, output_norm);
     ggml_set_name(cur, "result_norm");
-    cur = ggml_mul_mat(g.ctx, output, cur);
+    cur = mul_mat(g, output, cur, "output", 0);
     if (g.hp.logit_softcap > 0.0f) {
         cur =
             ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, cur, 1.0f / g.hp.logit_softcap)), g.hp.logit_softcap);

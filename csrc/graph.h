@@ -31,6 +31,9 @@ struct GraphContext {
     const KvCache & kv;
     const BatchInputs & in;
     ggml_tensor * rope_freqs;   // nullptr unless the model has llama3 frequency factors
+    // Compute every row as a one-token step does (exact_mul_mat for the products it
+    // supports), so that a row's result does not depend on the batch it is in.
+    bool exact = false;
 };
 
 // One pre-norm block (with gemma's post-norms when the model has them); writes this

@@ -112,10 +112,15 @@ class Engine:
         use_mmap: bool = True,
         cpu_extra_bufts: Sequence[str] = (),
         reuse_graphs: bool = True,
+        exact: str = "on",
+        exact_rows: int = 129,
     ) -> None:
         """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
         repacked into (none by default); RiverError for a name this ggml lacks.
-        reuse_graphs: keep decode graphs for later steps (False: build every graph afresh)."""
+        reuse_graphs: keep decode graphs for later steps (False: build every graph afresh).
+        exact: in batches of at most exact_rows tokens, each row as a one-token step
+        computes it, bit for bit: "on" (except products by repacked matrices), "bitwise"
+        (the backbone is not repacked) or "off" (ggml's kernels by batch size)."""
     def forward(
         self, ids: npt.ArrayLike, last_only: bool, exit: Optional[ExitConfig] = None
     ) -> npt.NDArray[np.float32]:

@@ -1,0 +1,77 @@
+// Bindings of check-exact's measurements (exact_check.h): products through a chosen
+// kernel and a forward's node outputs. Converts arrays; judges nothing.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "common.h"
+#include "engine.h"
+#include "exact_check.h"
+#include "river_build.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using FloatMatrix = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using ByteArray = py::array_t<uint8_t, py::array::c_style>;
+using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> row_products(const std::string & type, const ByteArray & data, int64_t n_out, int64_t n_in,
+                                const FloatMatrix & inputs, const std::string & buffer_type, bool exact,
+                                int n_threads) {
+    const ggml_type ggml_t = river::river_type_from_name(type);
+    if (inputs.ndim() != 2 || inputs.shape(1) != n_in) {
+        throw river::Error("row_products needs inputs [n_tokens, n_in]");
+    }
+    if (static_cast<size_t>(data.size()) != ggml_row_size(ggml_t, n_in) * static_cast<size_t>(n_out)) {
+        throw river::Error("row_products: the matrix data is not n_out rows of n_in " + type + " values");
+    }
+    if (n_threads <= 0) {
+        throw river::Error("n_threads must be positive, got " + std::to_string(n_threads));
+    }
+    std::vector<float> out;
+    {
+        py::gil_scoped_release release;
+        out = river::row_products(ggml_t, data.data(), n_out, n_in, inputs.data(), inputs.shape(0), buffer_type, exact,
+                                  n_threads);
+    }
+    return py::array_t<float>(std::vector<py::ssize_t>{inputs.shape(0), n_out}, out.data());
+}
+
+// Runs engine.forward with every named node's output recorded: (logits, [(name,
+// values in numpy order)]).
+py::tuple trace_forward(river::Engine & engine, const IdArray & ids, bool last_only) {
+    if (ids.ndim() != 1) {
+        throw river::Error("token ids must be a 1-D sequence");
+    }
+    const int64_t n = ids.shape(0);
+    py::array_t<float> logits({last_only ? int64_t{1} : n, engine.hparams().n_vocab});
+    river::NodeTrace trace;
+    engine.set_eval_callback(&river::NodeTrace::eval, &trace);
+    try {
+        py::gil_scoped_release release;
+        engine.forward(ids.data(), n, last_only, nullptr, logits.mutable_data());
+    } catch (...) {
+        engine.set_eval_callback(nullptr, nullptr);
+        throw;
+    }
+    engine.set_eval_callback(nullptr, nullptr);
+    py::list nodes;
+    for (const river::TracedNode & node : trace.nodes) {
+        const std::vector<py::ssize_t> shape{node.ne[3], node.ne[2], node.ne[1], node.ne[0]};
+        nodes.append(py::make_tuple(node.name, py::array_t<float>(shape, node.values.data())));
+    }
+    return py::make_tuple(logits, nodes);
+}
+
+}  // namespace
+
+void bind_exact(py::module_ & m) {
+    m.def("row_products", &row_products, py::arg("type"), py::arg("data"), py::arg("n_out"), py::arg("n_in"),
+          py::arg("inputs"), py::arg("buffer_type") = "", py::arg("exact") = false, py::arg("n_threads") = 1,
+          "inputs @ w.T for the raw matrix w of `type` ([n_out, n_in]): by ggml_mul_mat from the plain layout or "
+          "the extra buffer type, or by the exact product.");
+    m.def("trace_forward", &trace_forward, py::arg("engine"), py::arg("ids"), py::arg("last_only") = false,
+          "engine.forward(ids, last_only) with the named nodes' outputs: (logits, [(name, values)]).");
+}
