@@ -25,6 +25,32 @@ PathLike = Union[str, "os.PathLike[str]"]
 _CHUNK_VALUES = 1 << 22
 
 
+# Types a release can be converted to: every tensor of two or more dimensions whose
+# rows the type can hold is stored as it (others as F16); 1-D tensors stay F32.
+CONVERT_TYPES = {
+    "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+}
+
+
+def convert(src: PathLike, dst: PathLike, *, type: str = "f16", progress: bool = True) -> Path:
+    """Write a copy of the GGUF file `src` with its matrices in `type` (one of
+    CONVERT_TYPES) to `dst` and return `dst`, as convert_to_f16 does for F16 (a Q8_0
+    copy of a release: its dequantized values quantized again)."""
+    if type not in CONVERT_TYPES:
+        raise ValueError(f"type must be one of {', '.join(CONVERT_TYPES)}, got {type!r}")
+    src, dst = Path(src), Path(dst)
+    reader = _open_gguf(src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        _write(reader, tmp, CONVERT_TYPES[type], progress=progress)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dst
+
+
 def convert_to_f16(src: PathLike, dst: PathLike, *, progress: bool = True) -> Path:
     """Write an F16 copy of the GGUF file `src` to `dst` and return `dst`.
 
@@ -48,6 +74,46 @@ def convert_to_f16(src: PathLike, dst: PathLike, *, progress: bool = True) -> Pa
     finally:
         tmp.unlink(missing_ok=True)
     return dst
+
+
+def _write(reader: gguf.GGUFReader, path: Path, target, *, progress: bool) -> None:
+    """Like _write_f16, with matrices of `target` (a CONVERT_TYPES value) where their rows fit it."""
+    qtype, file_type = target
+    if qtype == gguf.GGMLQuantizationType.F16:
+        _write_f16(reader, path, progress=progress)
+        return
+    block = gguf.GGML_QUANT_SIZES[qtype][0]
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(path, arch)
+
+    def stored(tensor: gguf.ReaderTensor) -> bool:
+        return len(tensor.shape) >= 2 and int(tensor.shape[0]) % block == 0
+
+    try:
+        _copy_metadata(reader, writer)
+        writer.add_file_type(file_type)
+        for tensor in reader.tensors:
+            if stored(tensor):
+                shape = gguf.quants.quant_shape_to_byte_shape(_numpy_shape(tensor), qtype)
+                n_bytes = int(np.prod(shape))
+                writer.add_tensor_info(tensor.name, shape, np.dtype(np.uint8), n_bytes, raw_dtype=qtype)
+            else:
+                out_dtype = _output_dtype(tensor)
+                writer.add_tensor_info(
+                    tensor.name, _numpy_shape(tensor), out_dtype, int(tensor.n_elements) * out_dtype.itemsize
+                )
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        bar = tqdm(reader.tensors, desc=f"Converting to {qtype.name}", unit="tensor", disable=not progress)
+        for tensor in bar:
+            if stored(tensor):
+                values = _dequantize(tensor, np.dtype(np.float32))
+                writer.write_tensor_data(gguf.quants.quantize(values, qtype))
+            else:
+                writer.write_tensor_data(_dequantize(tensor, _output_dtype(tensor)))
+    finally:
+        writer.close()
 
 
 def _open_gguf(path: Path) -> gguf.GGUFReader:

@@ -251,6 +251,36 @@ def forward_check(
     return check
 
 
+def threads_check(
+    path: Union[str, Path],
+    thread_counts: Sequence[int],
+    *,
+    depth: int = 600,
+    k: int = MAX_K,
+    extra_bufts: Sequence[str] = (),
+    exact: str = "on",
+) -> dict[int, float]:
+    """Whether logits depend on the thread count: the prompt's last position, k plain
+    steps and a k-row forward from `depth`, on engines of each count; n_threads -> the
+    largest |difference| from the first count's logits (0: bit-identical)."""
+    from river_cpp.engine import _core
+    from river_cpp.engine.tokenizer import Tokenizer
+
+    ids = text_tokens(Tokenizer(str(path)), depth + k)
+    results = {}
+    for n_threads in thread_counts:
+        engine = _core.Engine(
+            str(path), n_ctx=2048, n_batch=512, n_threads=n_threads, cpu_extra_bufts=list(extra_bufts), exact=exact
+        )
+        rows = [engine.forward(ids[:depth], True)]
+        rows += [engine.forward(ids[depth + i : depth + i + 1], True) for i in range(k)]
+        engine.rewind(depth)
+        rows.append(engine.forward(ids[depth : depth + k], False))
+        results[n_threads] = np.concatenate(rows)
+    first = results[thread_counts[0]]
+    return {n: float(np.max(np.abs(logits - first))) for n, logits in results.items()}
+
+
 # ---------------------------------------------------------------- report
 
 

@@ -29,6 +29,7 @@ COMMANDS = (
     "humaneval",
     "rpc_server",
     "info",
+    "check_exact",
 )
 
 
