@@ -171,6 +171,23 @@ def test_table_has_llama_bench_shape_and_ratios():
     assert lines[header + 6] == ""  # the table ends; the legend follows
 
 
+def test_whole_requests_from_the_prefill_and_decode_means():
+    report = _report(
+        [
+            _row("river tau=0.98", "pp512", [256, 256]),
+            _row("river tau=0.98", "tg128", [127, 127]),
+            _row("llama.cpp F16", "pp512", [128, 128]),
+            _row("llama.cpp F16", "tg128", [127, 127]),
+        ]
+    )
+    assert report.whole_request("river tau=0.98") == pytest.approx((2.0, 3.0))  # 512/256, then 127 steps
+    assert report.whole_request("llama.cpp F16") == pytest.approx((4.0, 5.0))
+    lines = report.table().splitlines()
+    header = lines.index("| config | whole request pp512+tg128: ttft s | whole s | / llama.cpp F16 |")
+    assert lines[header + 2] == "| river tau=0.98 | 2.00 | 3.00 | 1.67 |"
+    assert _report([_row("backbone", "tg128", [10])]).whole_request("backbone") is None
+
+
 def test_table_without_reference_or_memory_drops_those_columns():
     report = _report([_row("backbone", "tg128", [10, 12], mean_exit_layer=30.0)])
     assert "| config | size | test | t/s (mean ± sd) | exit layer |" in report.table().splitlines()

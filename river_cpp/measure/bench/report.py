@@ -99,6 +99,17 @@ class BenchReport:
         except KeyError:
             return None
 
+    def whole_request(self, config: str) -> Optional[tuple[float, float]]:
+        """(time to first token, whole-request seconds) of a request of n_prompt prompt
+        tokens and n_gen answer tokens, from `config`'s pp and tg means: the prefill, then
+        the first token from its logits and n_gen - 1 decode steps. None unless both
+        tests ran."""
+        try:
+            ttft = self.n_prompt / self.prefill_tok_s(config)
+            return ttft, ttft + max(self.n_gen - 1, 0) / self.decode_tok_s(config)
+        except (KeyError, ZeroDivisionError):
+            return None
+
     # ------------------------------------------------------------ table
 
     def table(self, reference: str = REFERENCE) -> str:
@@ -128,6 +139,19 @@ class BenchReport:
             if has_rss:
                 cells.append("" if row.peak_rss_bytes is None else _mib(row.peak_rss_bytes))
             lines.append("| " + " | ".join(cells) + " |")
+        requests = {config: self.whole_request(config) for config in self.configs}
+        requests = {config: times for config, times in requests.items() if times is not None}
+        if requests:
+            base = requests.get(reference)
+            lines += [
+                "",
+                f"| config | whole request pp{self.n_prompt}+tg{self.n_gen}: ttft s | whole s |"
+                + (f" / {reference} |" if base else ""),
+                "| --- | ---: | ---: |" + (" ---: |" if base else ""),
+            ]
+            for config, (ttft, whole) in requests.items():
+                ratio = f" {base[1] / whole:.2f} |" if base else ""
+                lines.append(f"| {config} | {ttft:.2f} | {whole:.2f} |{ratio}")
         lines.append("")
         lines.append(
             f"pp{self.n_prompt}: prompt from an empty cache; tg{self.n_gen}: single-token steps after "
@@ -142,6 +166,12 @@ class BenchReport:
                 else f" (of which {_mib(self.rss_baseline_bytes)} before loading the model)"
             )
             lines.append(f"peak RSS: a fresh process running this configuration alone{base}.")
+        if requests:
+            lines.append(
+                "whole request: from the means above, the prefill and then the answer's other tokens one step "
+                f"each (ttft: the prefill); / {reference}: its whole-request time over the row's "
+                "(benchmarks/whole_requests.py times whole requests of real documents directly)."
+            )
         return "\n".join(lines)
 
     # ------------------------------------------------------------ JSON
