@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
 #include <vector>
 
 #include "common.h"
+#include "exact_check.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
@@ -72,22 +76,44 @@ void exact_mul_mat_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) 
 
 }  // namespace
 
-bool ggml_batches_alike(ggml_type type) {
-#if defined(__x86_64__) || defined(_M_X64)
-    switch (type) {
-        case GGML_TYPE_F32:
-        case GGML_TYPE_F16:
-        case GGML_TYPE_BF16:
-        case GGML_TYPE_Q8_0:
-        case GGML_TYPE_Q4_0:
-        case GGML_TYPE_Q5_0:
-        case GGML_TYPE_IQ4_NL: return true;
-        default: return false;
+bool ggml_rows_alike(ggml_type type) {
+    static std::mutex mutex;
+    static std::map<ggml_type, bool> known;
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = known.find(type);
+    if (found != known.end()) {
+        return found->second;
     }
-#else
-    (void)type;   // elsewhere sgemm takes some types only from 4 or 8 columns on
-    return false;
-#endif
+    bool alike = false;
+    if (!ggml_quantize_requires_imatrix(type) && ggml_get_type_traits(type)->blck_size > 0) {
+        constexpr int64_t n_out = 64, n_in = 512, n_columns = 17;
+        std::mt19937 rng(0);
+        std::normal_distribution<float> normal;
+        std::vector<float> weights(n_out * n_in), columns(n_columns * n_in);
+        for (float & v : weights) {
+            v = normal(rng);
+        }
+        for (float & v : columns) {
+            v = normal(rng);
+        }
+        std::vector<uint8_t> data(ggml_row_size(type, n_in) * n_out);
+        ggml_quantize_chunk(type, weights.data(), data.data(), 0, n_out, n_in, nullptr);
+        alike = true;
+        for (int64_t n : {int64_t{2}, int64_t{9}, n_columns}) {
+            const std::vector<float> batch =
+                row_products(type, data.data(), n_out, n_in, columns.data(), n, "", false, 2);
+            for (int64_t j = 0; j < n && alike; ++j) {
+                const std::vector<float> alone =
+                    row_products(type, data.data(), n_out, n_in, columns.data() + j * n_in, 1, "", false, 2);
+                alike = std::memcmp(alone.data(), batch.data() + j * n_out, sizeof(float) * n_out) == 0;
+            }
+        }
+    }
+    known[type] = alike;
+    log(LogLevel::debug, std::string("ggml's CPU product by ") + ggml_type_name(type) +
+                             (alike ? " gives a row the same bits in any batch"
+                                    : " depends on the batch: exact rows take exact_mul_mat"));
+    return alike;
 }
 
 bool exact_mul_mat_supports(const ggml_tensor * a) {

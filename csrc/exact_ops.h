@@ -8,14 +8,13 @@
 
 namespace river {
 
-// Whether ggml's CPU product by a matrix of `type` computes each column of a batch of
-// two or more columns alone, in the same arithmetic whatever the batch's size and the
-// thread count: true on x86 for the types llamafile's sgemm takes (F32, F16, BF16,
-// Q8_0, Q4_0, Q5_0, IQ4_NL), whose only condition on the batch is two columns or more
-// (each element one thread's sum over the whole row, in one order, whichever tile it
-// falls in), and which no other batch-size path (the tiled K-quant GEMM) takes. Such a
-// product stays exact with ggml's fast kernel if one-column batches are padded to two.
-bool ggml_batches_alike(ggml_type type);
+// Whether ggml's CPU product by a matrix of `type` in the plain layout gives a column
+// the same bits whatever the batch around it, as a probe finds: a random matrix times
+// 1, 2, 9 and 17 columns (across llamafile's sgemm from 2 and the tiled K-quant GEMM
+// from 8). Where it does (on x86 the sgemm types Q8_0, Q4_0, Q5_0: the same per-block
+// sums as vec_dot), exact graphs keep ggml's faster batched kernel. Probed once per type
+// and process; false for a type ggml cannot quantize without an importance matrix.
+bool ggml_rows_alike(ggml_type type);
 
 // Whether exact_mul_mat can multiply by `a`: host memory in the CPU's plain layout
 // (not a repacked extra buffer type, not a device), of a type with CPU type traits.

@@ -7,21 +7,14 @@ namespace river {
 namespace {
 
 // w x cur, named "<name>-<il>". In an exact graph, where w is in the plain layout, each
-// column comes out as it would alone: by ggml's kernel where that computes every batch
-// of two or more columns alike (a single column padded to two), else by exact_mul_mat.
+// column comes out as it would alone: by ggml's kernel where that gives a column the
+// same bits in any batch, else by exact_mul_mat.
 // cur: [n_in, n_tokens] -> [n_out, n_tokens]
 ggml_tensor * mul_mat(const GraphContext & g, ggml_tensor * w, ggml_tensor * cur, const char * name, int64_t il) {
-    const bool exact = g.exact && exact_mul_mat_supports(w);
-    const bool pad = exact && ggml_batches_alike(w->type) && cur->ne[1] == 1;
-    if (pad) {
-        // [n_in, 2]
-        cur = ggml_pad(g.ctx, cur, 0, 1, 0, 0);
-    }
-    ggml_tensor * out =
-        exact && !ggml_batches_alike(w->type) ? exact_mul_mat(g.ctx, w, cur) : ggml_mul_mat(g.ctx, w, cur);
+    const bool exact = g.exact && exact_mul_mat_supports(w) && !ggml_rows_alike(w->type);
+    ggml_tensor * out = exact ? exact_mul_mat(g.ctx, w, cur) : ggml_mul_mat(g.ctx, w, cur);
     ggml_format_name(out, "%s-%d", name, static_cast<int>(il));
-    // [n_out, 2] -> [n_out, 1]
-    return pad ? ggml_view_2d(g.ctx, out, out->ne[0], 1, out->nb[1], 0) : out;
+    return out;
 }
 
 // Attention's products by the cache (K, V), exact_mul_mat in an exact graph.

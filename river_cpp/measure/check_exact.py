@@ -43,7 +43,7 @@ class OpRow:
 
     op: str  # "blk.0.ffn_down.weight", "kq (F16 cache, n_kv 256)", ...
     type: str  # the matrix's ggml type
-    kernel: str  # "ggml", "ggml CPU_REPACK", "ggml, one column padded to two", "exact_mul_mat"
+    kernel: str  # "ggml", "ggml CPU_REPACK", "exact_mul_mat"
     diffs: dict[int, float]  # k -> largest |difference| over the k rows
 
 
@@ -104,13 +104,10 @@ def op_table(
     rows: list[OpRow] = []
 
     def measure(op: str, type_name: str, data: np.ndarray, n_out: int, n_in: int, inputs: np.ndarray) -> None:
-        kernels = [("ggml", "", False, False)] + [(f"ggml {b}", b, False, False) for b in extra]
-        kernels += [("ggml, one column padded to two", "", False, True), ("exact_mul_mat", "", True, False)]
-        for kernel, buft, exact, pad in kernels:
+        kernels = [("ggml", "", False)] + [(f"ggml {b}", b, False) for b in extra] + [("exact_mul_mat", "", True)]
+        for kernel, buft, exact in kernels:
 
-            def product(x, buft=buft, exact=exact, pad=pad):
-                if pad and len(x) == 1:
-                    x = np.vstack([x, np.zeros_like(x)])
+            def product(x, buft=buft, exact=exact):
                 return _core.row_products(type_name, data, n_out, n_in, x, buft, exact, n_threads)
 
             try:
