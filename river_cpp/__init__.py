@@ -38,6 +38,7 @@ _EXPORTS = {
     "Speculative": "river_cpp.decoding.speculative",
     "SpeculativeStats": "river_cpp.decoding.speculative",
     "system_info": "river_cpp.apps.info",
+    "patch_llama_cpp": "river_cpp.apps.patch",
 }
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "SamplingParams",
     "Speculative",
     "SpeculativeStats",
+    "patch_llama_cpp",
     "system_info",
 ]
 __version__ = "0.1.0"
@@ -73,6 +75,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from river_cpp.apps.info import system_info
     from river_cpp.apps.llama import Llama
+    from river_cpp.apps.patch import patch_llama_cpp
     from river_cpp.decoding.exit_stats import ExitStats
     from river_cpp.decoding.generation import GenerationChunk, GenerationResult
     from river_cpp.decoding.policy import ExitPolicy

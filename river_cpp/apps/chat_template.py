@@ -43,8 +43,10 @@ class _Generation(jinja2.ext.Extension):
 class ChatTemplate:
     """The Jinja2 chat template of one tokenizer (its GGUF's tokenizer.chat_template)."""
 
-    def __init__(self, tokenizer) -> None:
-        source = tokenizer.chat_template
+    def __init__(self, tokenizer, source: Optional[str] = None) -> None:
+        """The template of `tokenizer`'s GGUF, or `source` (another Jinja2 chat
+        template, e.g. a chat_format's), with the tokenizer's BOS and EOS."""
+        source = tokenizer.chat_template if source is None else source
         if not source:
             raise ValueError("this model has no chat template (tokenizer.chat_template)")
         self.source = source

@@ -7,6 +7,7 @@ is river_cpp.decoding.generation's; HTTP, its validation and SSE framing are riv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import numbers
 import os
@@ -15,9 +16,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
-from river_cpp.apps.chat_template import chat_template
+from river_cpp.apps.chat_template import ChatTemplate, chat_template
 from river_cpp.apps.structured import request_grammar
-from river_cpp.apps.tools import ToolCallStream, ToolRequest, call_grammar, call_syntax, check_tools, parse_tool_calls
+from river_cpp.apps.tools import (
+    ToolCallStream,
+    ToolRequest,
+    call_grammar,
+    check_tools,
+    known_call_syntax,
+    parse_tool_calls,
+)
 from river_cpp.decoding.decision import Decoding, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream
@@ -63,6 +71,8 @@ class _Run:
     first_token_at: Optional[float] = None
     ended_at: Optional[float] = None
     speculative: Any = None
+    # why a call that would draft decodes plainly (its logits hooks run on each step)
+    plain_reason: Optional[str] = None
 
 
 def _run(stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -> Iterator[GenerationChunk]:
@@ -96,8 +106,12 @@ def _start(
     logprobs: Optional[int],
     grammar: Optional[Grammar] = None,
     add_bos: bool = True,
+    hooks: Optional[Mapping[str, Any]] = None,
 ) -> tuple[GenerationStream, _Run]:
-    """Check every option and tokenize; the (not yet running) stream and its record."""
+    """Check every option and tokenize; the (not yet running) stream and its record.
+    `hooks`: logits_processor / stopping_criteria (llama-cpp-python's), which make a
+    drafting call decode plainly."""
+    hooks = {name: value for name, value in (hooks or {}).items() if value is not None}
     if isinstance(prompt, str):
         prompt_ids = model.tokenize(prompt, add_bos=add_bos, special=True)
     else:
@@ -107,13 +121,17 @@ def _start(
         isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
     ):
         max_tokens = model.n_ctx  # llama-cpp-python: None or <= 0 generates until the context is full
+    plain_reason = None
+    if hooks and decoding.drafts:
+        plain_reason = f"{' and '.join(sorted(hooks))} run on each step's logits: plain decoding, no drafts"
+        decoding = dataclasses.replace(decoding, speculative=None)
     stream = model.generate(
-        prompt_ids, stream=True, max_tokens=max_tokens, logprobs=logprobs, decoding=decoding, grammar=grammar
+        prompt_ids, stream=True, max_tokens=max_tokens, logprobs=logprobs, decoding=decoding, grammar=grammar, **hooks
     )
     # What the prompt cache will reuse, as the generation's own prefill will find it
     # (the model's lock is taken by the stream's first chunk, after this).
     cached = model.reusable_prefix(prompt_ids, decoding)
-    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached)
+    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached, plain_reason=plain_reason)
 
 
 def _decoding(
@@ -164,6 +182,8 @@ def _usage(model, run: _Run) -> dict[str, Any]:
             "acceptance_rate": round(spec.acceptance_rate, 4),
             "tokens_per_round": round(spec.tokens_per_round, 4),
         }
+    if run.plain_reason is not None:
+        river["plain_decoding"] = run.plain_reason
     return {
         "prompt_tokens": n_prompt,
         "completion_tokens": n_generated,
@@ -289,10 +309,19 @@ def create_completion(
     cancel: Optional[Cancel] = None,
     model_name: Optional[str] = None,
     grammar: Any = None,
+    n: int = 1,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """A text completion of `prompt` as OpenAI's (and llama-cpp-python's) dict, or an
     iterator of its chunk dicts with stream=True.
+
+    n: that many choices (index 0..n-1), generated one after another; with a seed,
+    choice i samples with seed + i (see _n_choices).
+    logits_processor / stopping_criteria: llama-cpp-python's hooks (a callable or a
+    list), run on each step's logits on the host: the call decodes plainly, and
+    usage["river"]["plain_decoding"] says why when it would have drafted.
 
     grammar: a llama_cpp.LlamaGrammar, GBNF text or a compiled Grammar: only text it
     allows (finish_reason "no_legal_token" where it allows no token at all).
@@ -317,6 +346,20 @@ def create_completion(
     n_top = _check_top_logprobs("logprobs", logprobs)
     include_usage = _include_usage(stream_options)
     decoding = _decoding(model, "completion", decoding, policy, speculative, sampling, sampling_options)
+    if _check_n(n) > 1:
+        one = dict(
+            max_tokens=max_tokens,
+            logprobs=logprobs,
+            stream_options=stream_options,
+            cancel=cancel,
+            model_name=model_name,
+            grammar=grammar,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+        )
+        return _n_choices(
+            lambda d: create_completion(model, prompt, stream=stream, decoding=d, **one), n, decoding, stream
+        )
     generation, run = _start(
         model,
         prompt,
@@ -324,6 +367,7 @@ def create_completion(
         decoding=decoding,
         logprobs=n_top,
         grammar=request_grammar(model, grammar=grammar),
+        hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
     )
     chunks = _run(generation, run, cancel)
     base = {
@@ -350,6 +394,64 @@ def create_completion(
         ],
         "usage": _usage(model, run),
     }
+
+
+# The most choices one call may ask for (n).
+MAX_CHOICES = 16
+
+
+def _check_n(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_CHOICES:
+        raise ValueError(f"n must be an integer in [1, {MAX_CHOICES}], got {n!r}")
+    return int(n)
+
+
+def _n_choices(call: Any, n: int, decoding: Decoding, stream: bool) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
+    """n answers of `call(decoding)` as one answer with n choices. Choice i samples
+    with the call's seed + i (a seed None stays None: fresh entropy each); greedy
+    choices are all the same text. usage counts the prompt once and every choice's
+    completion tokens; usage["river"] is the first choice's."""
+    seed = decoding.sampling.seed
+    decodings = [
+        dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=None if seed is None else seed + i))
+        for i in range(n)
+    ]
+    if not stream:
+        answers = [call(d) for d in decodings]
+        merged = answers[0]
+        merged["choices"] = [{**a["choices"][0], "index": i} for i, a in enumerate(answers)]
+        merged["usage"] = _merged_usage([a["usage"] for a in answers])
+        return merged
+    return _n_chunks(call, decodings)
+
+
+def _merged_usage(usages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    merged = dict(usages[0])
+    merged["completion_tokens"] = sum(u["completion_tokens"] for u in usages)
+    merged["total_tokens"] = merged["prompt_tokens"] + merged["completion_tokens"]
+    return merged
+
+
+def _n_chunks(call: Any, decodings: Sequence[Decoding]) -> Iterator[dict[str, Any]]:
+    """The chunks of each choice in turn, under the first one's id; one usage chunk
+    (when asked for) at the end."""
+    base: Optional[dict[str, Any]] = None
+    usages: list[Mapping[str, Any]] = []
+    for i, decoding in enumerate(decodings):
+        chunks = call(decoding)
+        try:
+            for chunk in chunks:
+                base = base or {k: chunk[k] for k in ("id", "object", "created", "model")}
+                if not chunk["choices"]:
+                    usages.append(chunk["usage"])
+                    continue
+                for choice in chunk["choices"]:
+                    choice["index"] = i
+                yield {**chunk, "id": base["id"], "created": base["created"]}
+        finally:
+            chunks.close()
+    if usages and base is not None:
+        yield {**base, "choices": [], "usage": _merged_usage(usages)}
 
 
 def _prompt_chars(model, prompt: Union[str, Sequence[int]]) -> int:
@@ -398,15 +500,18 @@ def chat_prompt(
     *,
     tools: Optional[Sequence[Mapping[str, Any]]] = None,
     template_engine: str = "auto",
+    template: Optional[ChatTemplate] = None,
 ) -> str:
-    """The prompt text of OpenAI-style `messages` in the model's chat template.
+    """The prompt text of OpenAI-style `messages` in the model's chat template
+    (or `template`, rendered with Jinja2).
 
     A message is {"role": "system" | "user" | "assistant", "content": text}; content
     may also be a list of {"type": "text", "text": ...} parts ("developer" is a system
     message). With `tools`, tool messages ({"role": "tool", "content": ...}) or an
     assistant's `tool_calls`, or template_engine "jinja", the GGUF's template itself
     renders them (river_cpp.apps.chat_template); otherwise llama.cpp's built-in renderer.
-    Raises ValueError naming the first message that does not fit.
+    A template that does not render `tools` is rendered without them (as it would
+    ignore them). Raises ValueError naming the first message that does not fit.
     """
     if template_engine not in TEMPLATE_ENGINES:
         raise ValueError(f"template_engine must be one of {', '.join(TEMPLATE_ENGINES)}, got {template_engine!r}")
@@ -428,7 +533,8 @@ def chat_prompt(
                 entry[key] = message[key]
         plain.append(entry)
     if renders_template(messages, tools=tools, template_engine=template_engine):
-        return chat_template(model.tokenizer).render(plain, tools=tools)
+        template = template if template is not None else chat_template(model.tokenizer)
+        return template.render(plain, tools=tools if template.supports_tools else None)
     return model.tokenizer.apply_chat_template(plain, add_assistant=True)
 
 
@@ -498,6 +604,10 @@ def create_chat_completion(
     tools: Optional[Sequence[Mapping[str, Any]]] = None,
     tool_choice: Any = None,
     template_engine: str = "auto",
+    n: int = 1,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
+    chat_template_source: Optional[str] = None,
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """The assistant's reply to `messages` as OpenAI's chat.completion dict, or an
@@ -514,8 +624,14 @@ def create_chat_completion(
     tools / tool_choice ("auto", "none", "required" or a named function): OpenAI's
     tool calls in the model's own syntax, returned as message.tool_calls with
     finish_reason "tool_calls"; "required" and a named function constrain the reply
-    to a call whose arguments match the function's schema.
-    Every other option, the usage block and locking are as in create_completion.
+    to a call whose arguments match the function's schema. On a template without a
+    tool syntax (river_cpp.apps.tools.known_call_syntax), "auto" gives text, and
+    "required" or a named function make the whole reply the call's JSON (the named
+    function's arguments; for "required", {"name": ..., "arguments": ...}), as
+    llama-cpp-python's template handlers do.
+    chat_template_source: a Jinja2 chat template to render instead of the GGUF's.
+    n, logits_processor, stopping_criteria, the usage block and locking are as in
+    create_completion.
     """
     if not isinstance(logprobs, bool):
         raise ValueError(f"logprobs must be a boolean, got {logprobs!r}")
@@ -524,33 +640,69 @@ def create_chat_completion(
         raise ValueError("top_logprobs needs logprobs=True")
     include_usage = _include_usage(stream_options)
     request = check_tools(tools, tool_choice)
+    template = None
+    if chat_template_source is not None or (request is not None and request.parsed):
+        template = _template(model, chat_template_source)
     syntax = None
     if request is not None and request.parsed:
-        syntax = call_syntax(chat_template(model.tokenizer).source)
+        syntax = known_call_syntax(template.source) or ("json" if request.constrained else None)
+    decoding = _decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options)
+    if _check_n(n) > 1:
+        one = dict(
+            max_tokens=max_tokens,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+            stream_options=stream_options,
+            cancel=cancel,
+            model_name=model_name,
+            grammar=grammar,
+            response_format=response_format,
+            tools=tools,
+            tool_choice=tool_choice,
+            template_engine=template_engine,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+            chat_template_source=chat_template_source,
+        )
+        return _n_choices(
+            lambda d: create_chat_completion(model, messages, stream=stream, decoding=d, **one), n, decoding, stream
+        )
     prompt = chat_prompt(
-        model, messages, tools=request.tools if request is not None else None, template_engine=template_engine
+        model,
+        messages,
+        tools=request.tools if request is not None else None,
+        template_engine="jinja" if chat_template_source is not None else template_engine,
+        template=template,
     )
     generation, run = _start(
         model,
         prompt,
         max_tokens=max_tokens,
-        decoding=_decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options),
+        decoding=decoding,
         logprobs=(n_top or 0) if logprobs else None,
         grammar=_chat_grammar(model, request, syntax, grammar, response_format),
         # a rendered template writes its own BOS where it wants one (llama-cpp-python's rule)
-        add_bos=not renders_template(messages, tools=tools, template_engine=template_engine),
+        add_bos=not renders_template(
+            messages,
+            tools=tools,
+            template_engine="jinja" if chat_template_source is not None else template_engine,
+        ),
+        hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
     )
     chunks = _run(generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
     if stream:
-        return _chat_chunks(model, chunks, run, base, logprobs, include_usage, syntax)
+        named = request.named if request is not None else None
+        return _chat_chunks(model, chunks, run, base, logprobs, include_usage, syntax, named)
     every = list(chunks)
     message: dict[str, Any] = {"role": "assistant", "content": run.text}
     finish_reason = run.finish_reason
     if syntax is not None:
-        content, calls = parse_tool_calls(syntax, run.text)
+        content, calls = parse_tool_calls(syntax, run.text, named=request.named if request is not None else None)
         if calls:
             message = {"role": "assistant", "content": content, "tool_calls": calls}
+            if syntax == "json":  # llama-cpp-python's forced call also fills the legacy field
+                message["function_call"] = dict(calls[0]["function"])
             finish_reason = "tool_calls"
     return {
         **base,
@@ -565,6 +717,13 @@ def create_chat_completion(
         ],
         "usage": _usage(model, run),
     }
+
+
+def _template(model, source: Optional[str]) -> ChatTemplate:
+    """The chat template a call renders: `source` (a Jinja2 template), or the GGUF's."""
+    if source is None:
+        return chat_template(model.tokenizer)
+    return ChatTemplate(model.tokenizer, source=source)
 
 
 def _chat_grammar(
@@ -592,11 +751,12 @@ def _chat_chunks(
     with_logprobs: bool,
     include_usage: bool,
     syntax: Optional[str] = None,
+    named: Optional[str] = None,
 ) -> Iterator[dict[str, Any]]:
     """The chat chunk dicts; with a tool-call `syntax`, text that may be a call is held
     back and a call is sent as OpenAI's tool_calls deltas at the end."""
     base = {**base, "object": "chat.completion.chunk"}
-    calls = ToolCallStream(syntax) if syntax is not None else None
+    calls = ToolCallStream(syntax, named) if syntax is not None else None
     extra = {"usage": None} if include_usage else {}
     pending: list[GenerationChunk] = []
 

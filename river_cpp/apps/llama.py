@@ -9,76 +9,58 @@ river-cpp's `river` block and cached-token count added to `usage`); decoding is
 RiverModel's, exact by default: drafts verified by the backbone, the tokens plain
 decoding gives, greedy token for token and sampled with the same seed. Sampled
 output draws from river-cpp's own seeded generator, so a seed gives river-cpp's
-reproducible draw, not llama.cpp's. Every argument llama-cpp-python takes is either
-served or refused with an error naming it (REFUSED says why); none is ignored.
+reproducible draw, not llama.cpp's. Every keyword llama-cpp-python takes is served,
+accepted because it cannot change the output (one warning names those ignored), or
+refused with an error naming it (river_cpp.apps.llama_compat's tables say why).
+Embeddings run on llama.cpp's own context on the same file (river_cpp.apps.embeddings).
 """
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.apps import llama_compat as compat
+from river_cpp.apps.embeddings import Embedder
+from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
+from river_cpp.decoding.sampling import Sampler, SamplingParams
+from river_cpp.engine.gguf_info import read_gguf_info
 from river_cpp.engine.model import RiverModel
 
-# llama_cpp.LLAMA_DEFAULT_SEED: "a fresh random seed"
-LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+__all__ = ["LLAMA_DEFAULT_SEED", "REFUSED", "REFUSED_SAMPLING", "Llama", "LlamaState", "LlamaTokenizer"]
 
-# Constructor arguments of llama_cpp.Llama that river-cpp's engine cannot serve, with
-# llama-cpp-python's default (which is accepted, as not asking for anything) and why.
-REFUSED: dict[str, tuple[Any, str]] = {
-    "split_mode": (1, "the placement of layers is river-cpp's own (n_gpu_layers, main_gpu)"),
-    "tensor_split": (None, "the placement of layers is river-cpp's own (n_gpu_layers, main_gpu)"),
-    "vocab_only": (False, "use river_cpp.engine.tokenizer.Tokenizer for a vocabulary alone"),
-    "use_mlock": (False, "river-cpp does not lock model memory"),
-    "kv_overrides": (None, "GGUF metadata overrides are not supported"),
-    "rope_scaling_type": (-1, "RoPE scaling is read from the GGUF only"),
-    "pooling_type": (-1, "embeddings are not supported"),
-    "attention_type": (-1, "embeddings are not supported"),
-    "rope_freq_base": (0.0, "RoPE scaling is read from the GGUF only"),
-    "rope_freq_scale": (0.0, "RoPE scaling is read from the GGUF only"),
-    "yarn_ext_factor": (-1.0, "YaRN settings are read from the GGUF only"),
-    "yarn_attn_factor": (1.0, "YaRN settings are read from the GGUF only"),
-    "yarn_beta_fast": (32.0, "YaRN settings are read from the GGUF only"),
-    "yarn_beta_slow": (1.0, "YaRN settings are read from the GGUF only"),
-    "yarn_orig_ctx": (0, "YaRN settings are read from the GGUF only"),
-    "embedding": (False, "embeddings are not supported"),
-    "offload_kqv": (True, "the KV cache's placement is river-cpp's own"),
-    "flash_attn": (False, "river-cpp's attention kernels are its own"),
-    "op_offload": (None, "river-cpp's placement is its own"),
-    "swa_full": (None, "river-cpp sizes its own KV cache"),
-    "lora_base": (None, "LoRA adapters are not supported"),
-    "lora_scale": (1.0, "LoRA adapters are not supported"),
-    "lora_path": (None, "LoRA adapters are not supported"),
-    "numa": (False, "NUMA placement is not supported"),
-    "chat_handler": (None, "chats render the GGUF's own template (chat_format=None)"),
-    "draft_model": (None, "river-cpp drafts itself: pass speculative=river_cpp.Speculative(...)"),
-    "tokenizer": (None, "the GGUF's own tokenizer is always used"),
-    "type_k": (None, "the KV cache's type is river-cpp's own"),
-    "type_v": (None, "the KV cache's type is river-cpp's own"),
-    "spm_infill": (False, "infill prompts are not supported"),
-}
-# Arguments that only size llama.cpp's work (output never depends on them): accepted,
-# as river-cpp sizes its own batches and keeps every position's logits it needs.
-_SIZING_ONLY = ("n_batch", "n_ubatch", "n_threads_batch", "logits_all", "no_perf")
-# Sampling arguments llama-cpp-python takes that this cannot serve, with their
-# neutral value and why.
-REFUSED_SAMPLING: dict[str, tuple[Any, str]] = {
-    "tfs_z": (1.0, "tail-free sampling left llama.cpp (llama-cpp-python ignores it)"),
-    "mirostat_mode": (0, "mirostat sampling is not supported"),
-    "mirostat_tau": (5.0, "mirostat sampling is not supported"),
-    "mirostat_eta": (0.1, "mirostat sampling is not supported"),
-    "stopping_criteria": (None, "Python stopping criteria are not supported: use stop strings"),
-    "logits_processor": (None, "Python logits processors are not supported: use logit_bias or grammar"),
-}
-
-
-def _refuse(name: str, value: Any, table: Mapping[str, tuple[Any, str]]) -> None:
-    default, why = table[name]
-    if value is not default and value != default:
-        raise ValueError(f"river_cpp.Llama cannot serve {name}={value!r}: {why}")
+# llama-cpp-python's own constructor keywords that river_cpp.Llama serves by name
+# (the others are in llama_compat's tables).
+_SERVED = (
+    "model_path",
+    "n_gpu_layers",
+    "main_gpu",
+    "use_mmap",
+    "seed",
+    "n_ctx",
+    "n_threads",
+    "last_n_tokens_size",
+    "chat_format",
+    "rpc_servers",
+    "verbose",
+    "embedding",
+    "pooling_type",
+    "rope_scaling_type",
+    "rope_freq_base",
+    "rope_freq_scale",
+    "yarn_ext_factor",
+    "yarn_attn_factor",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_orig_ctx",
+)
+_ROPE = ("rope_scaling_type", "rope_freq_base", "rope_freq_scale", *(n for n in _SERVED if n.startswith("yarn_")))
 
 
 @dataclass
@@ -91,8 +73,31 @@ class LlamaState:
     seed: int
 
 
+def _river_options() -> frozenset[str]:
+    """RiverModel's own keywords (river, policy, speculative, ...)."""
+    return frozenset(inspect.signature(RiverModel.__init__).parameters) - {"self", "model_path"}
+
+
+def _random_seed(seed: Optional[int]) -> bool:
+    """Whether `seed` asks for a fresh random seed (None, -1, LLAMA_DEFAULT_SEED)."""
+    return seed is None or seed == -1 or seed == LLAMA_DEFAULT_SEED
+
+
+# Set while river_cpp.Llama builds its model: a llama_cpp.Llama(...) made then is
+# river-cpp's own use of llama.cpp (its llama.cpp backbone), which gets llama-cpp-python's
+# class even when patch_llama_cpp() made llama_cpp.Llama this one.
+_BUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("river_cpp_llama_building", default=False)
+
+
 class Llama:
     """llama-cpp-python's Llama on river-cpp (see the module's docstring)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Llama and _BUILDING.get():
+            from river_cpp.apps.patch import original_llama
+
+            return original_llama()(*args, **kwargs)  # not a Llama: its __init__ is not run again
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -107,33 +112,57 @@ class Llama:
         last_n_tokens_size: int = 64,
         chat_format: Optional[str] = None,
         rpc_servers: Union[str, Sequence[str], None] = None,
+        embedding: bool = False,
+        pooling_type: int = -1,
         verbose: bool = True,
         **options: Any,
     ) -> None:
-        """llama-cpp-python's arguments (n_ctx 0: the model's training context is not
-        supported, give a size), plus RiverModel's own as keywords (river, policy,
-        speculative, prefill, progress, ...). Others of llama-cpp-python's are refused
-        unless they keep their default (REFUSED)."""
+        """llama-cpp-python's arguments, plus RiverModel's own as keywords (river,
+        policy, speculative, prefill, progress, ...).
+
+        n_ctx=0: the GGUF's training context, capped so the KV cache fits in half the
+        memory available (a warning says when). seed -1 (or LLAMA_DEFAULT_SEED): a
+        fresh seed each call. chat_format: None (the GGUF's template) or one of
+        llama-cpp-python's names, served by the GGUF's template where it is of that
+        family. embedding=True: embed() / create_embedding() on llama.cpp's
+        context of the same file (pooling_type -1: the GGUF's pooling); the
+        generating model then loads on first use. RoPE / YaRN settings are accepted
+        when equal to the GGUF's. Keywords that only change speed or memory
+        (n_batch, flash_attn, use_mlock, offload_kqv, type_k, n_parts, f16_kv, ...)
+        are accepted; one warning names those ignored. Keywords that would change
+        the output and cannot be served raise ValueError naming them."""
+        self.verbose = verbose
+        path = os.fspath(model_path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"model file not found: {path}")
+        self._info = read_gguf_info(path)
         for name in list(options):
             if name in REFUSED:
-                _refuse(name, options.pop(name), REFUSED)
-            elif name in _SIZING_ONLY:
-                options.pop(name)
-        if chat_format not in (None, "chat_template.default"):
-            raise ValueError(
-                f"river_cpp.Llama cannot serve chat_format={chat_format!r}: chats render the GGUF's own "
-                "chat template (chat_format=None)"
-            )
+                if name == "attention_type" and embedding:
+                    continue
+                compat.refuse(name, options.pop(name), REFUSED)
+        compat.check_rope(self._info, {n: options.pop(n) for n in _ROPE if n in options})
+        sizing = {n: options.pop(n, default) for n, default in compat.SIZING.items()}
+        ignored = {n: options.pop(n) for n in list(options) if n in compat.IGNORED}
+        river_options = _river_options()
+        unknown = [n for n in options if n not in river_options and n != "attention_type"]
+        ignored.update((name, options.pop(name)) for name in unknown)
+        compat.warn_ignored(ignored, unknown=unknown)
+        attention_type = options.pop("attention_type", -1)
         if n_ctx == 0:
-            raise ValueError("river_cpp.Llama cannot serve n_ctx=0 (the model's training context): give a size")
+            n_ctx = compat.training_context(self._info, verbose=verbose)
+        self._template_source = compat.chat_template_of(chat_format, self._info.get("tokenizer.chat_template"))
+        self.chat_format = chat_format or "chat_template.default"
         if isinstance(rpc_servers, str):
             rpc_servers = [s.strip() for s in rpc_servers.split(",") if s.strip()]
-        self.chat_format = "chat_template.default"
+        self.model_path = path
         self.last_n_tokens_size = last_n_tokens_size
-        self._seed = seed
+        self._seed = None if _random_seed(seed) else seed
+        self.cache: Any = None
+        self._logits_all = bool(sizing["logits_all"])
+        self.n_batch = min(n_ctx, int(sizing["n_batch"]))
         options.setdefault("progress", verbose)
-        self._model = RiverModel(
-            model_path,
+        self._model_options = dict(
             n_ctx=n_ctx,
             n_threads=n_threads,
             verbose=verbose,
@@ -143,8 +172,78 @@ class Llama:
             rpc_servers=rpc_servers or (),
             **options,
         )
-        self.model_path = self._model.model_path
-        self.verbose = verbose
+        self._river: Optional[RiverModel] = None
+        self._embedder: Optional[Embedder] = None
+        if embedding:
+            self._embedder = Embedder(
+                path,
+                n_ctx=n_ctx,
+                n_batch=self.n_batch,
+                n_ubatch=min(self.n_batch, int(sizing["n_ubatch"])),
+                n_threads=n_threads,
+                pooling_type=pooling_type,
+                attention_type=attention_type,
+                use_mmap=use_mmap,
+                n_gpu_layers=n_gpu_layers,
+                verbose=verbose,
+            )
+            self._embedder.context  # noqa: B018 - open it now, as llama-cpp-python does
+        else:
+            self._load()
+        rope_type, rope_base, rope_scale = compat.rope_settings(self._info)
+        self.n_threads = self._river.n_threads if self._river is not None else (n_threads or 1)
+        self.context_params = compat.ContextParams(
+            n_ctx=n_ctx,
+            n_batch=self.n_batch,
+            n_ubatch=min(self.n_batch, int(sizing["n_ubatch"])),
+            n_seq_max=1,
+            n_threads=self.n_threads,
+            n_threads_batch=int(sizing["n_threads_batch"] or self.n_threads),
+            rope_scaling_type=rope_type,
+            pooling_type=pooling_type,
+            attention_type=attention_type,
+            rope_freq_base=rope_base,
+            rope_freq_scale=rope_scale,
+            yarn_ext_factor=-1.0,
+            yarn_attn_factor=1.0,
+            yarn_beta_fast=32.0,
+            yarn_beta_slow=1.0,
+            yarn_orig_ctx=0,
+            embeddings=bool(embedding),
+            offload_kqv=True,
+            flash_attn=False,
+            no_perf=bool(sizing["no_perf"]),
+            type_k=None,
+            type_v=None,
+        )
+        self.model_params = compat.ModelParams(
+            n_gpu_layers=n_gpu_layers,
+            split_mode=compat.IGNORED["split_mode"][0],
+            main_gpu=main_gpu,
+            tensor_split=None,
+            vocab_only=False,
+            use_mmap=use_mmap,
+            use_mlock=False,
+            kv_overrides=None,
+        )
+        self.metadata: dict[str, str] = compat.metadata(self._info)
+        self.tokenizer_ = LlamaTokenizer(self)
+        self._logits: Optional[np.ndarray] = None  # the last eval()'s logits
+        self._logits_at = -1  # n_tokens when they were computed
+
+    def _load(self) -> RiverModel:
+        if self._river is None:
+            building = _BUILDING.set(True)
+            try:
+                self._river = RiverModel(self.model_path, **self._model_options)
+            finally:
+                _BUILDING.reset(building)
+        return self._river
+
+    @property
+    def _model(self) -> RiverModel:
+        """The generating model (loaded on first use after embedding=True)."""
+        return self._river if self._river is not None else self._load()
 
     @classmethod
     def from_pretrained(
@@ -162,7 +261,10 @@ class Llama:
         return self._model
 
     def close(self) -> None:
-        self._model.close()
+        if self._river is not None:
+            self._river.close()
+        if self._embedder is not None:
+            self._embedder.close()
 
     def __enter__(self) -> Llama:
         return self
@@ -190,6 +292,10 @@ class Llama:
         before = tokenizer.detokenize_bytes(prev_tokens, special=special)
         return tokenizer.detokenize_bytes([*prev_tokens, *tokens], special=special)[len(before) :]
 
+    def tokenizer(self) -> LlamaTokenizer:
+        """llama-cpp-python's tokenizer object (encode / decode / tokenize / detokenize)."""
+        return self.tokenizer_
+
     def token_bos(self) -> int:
         return self._model.tokenizer.bos_id
 
@@ -200,41 +306,269 @@ class Llama:
         return self._model.tokenizer.nl_id
 
     def n_ctx(self) -> int:
-        return self._model.n_ctx
+        return self.context_params.n_ctx
 
     def n_vocab(self) -> int:
         return self._model.n_vocab
 
     def n_embd(self) -> int:
-        return self._model.engine.n_embd
+        return int(self._info.get(f"{self._info.arch}.embedding_length"))
+
+    def pooling_type(self) -> int:
+        """llama.cpp's pooling of the embeddings (embedding=True only)."""
+        return self._need_embedder().pooling_type()
+
+    @property
+    def model(self) -> Any:
+        """llama.cpp's model pointer of this GGUF's vocabulary (a vocabulary-only
+        llama_model_p): for llama_cpp's vocabulary functions, as outlines calls
+        llama_model_get_vocab(llm.model). It has no weights to compute with."""
+        return self._model.tokenizer._model
 
     @property
     def n_tokens(self) -> int:
         """Positions in the KV cache."""
-        return self._model.n_past
+        return self._model.n_past if self._river is not None else 0
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        """The token ids in the KV cache (np.intc)."""
+        if self._river is None:
+            return np.zeros(0, dtype=np.intc)
+        cached = getattr(self._river, "cached_ids", None)  # RiverModel's public view, where it has one
+        return np.array(self._river._cached_ids if cached is None else cached, dtype=np.intc)
+
+    _input_ids = input_ids
+
+    @property
+    def scores(self) -> np.ndarray:
+        """The logits of the last eval() ([positions, n_vocab]: all of its positions
+        with logits_all=True, else the last)."""
+        if self._logits is None:
+            return np.zeros((0, self.n_vocab()), dtype=np.float32)
+        return self._logits
+
+    _scores = scores
 
     # ---------------------------------------------------------------- state
 
     def reset(self) -> None:
         """Forget the cached sequence."""
         self._model.reset()
+        self._logits, self._logits_at = None, -1
 
     def set_seed(self, seed: int) -> None:
-        """The seed of calls that give none (LLAMA_DEFAULT_SEED: a fresh one each call)."""
-        self._seed = seed
+        """The seed of calls that give none (-1 or LLAMA_DEFAULT_SEED: a fresh one each call)."""
+        self._seed = None if _random_seed(seed) else seed
+
+    def set_cache(self, cache: Any) -> None:
+        """llama-cpp-python's prompt cache slot: a llama_cpp.LlamaRAMCache or LlamaDiskCache
+        (its capacity, its folder) or a river_cpp PromptCache becomes the model's prompt
+        cache across requests (river_cpp.engine.prompt_cache); None removes it. Another
+        object is kept as `cache` and not filled, with a warning."""
+        from river_cpp.engine.prompt_cache import PromptCache, from_llama_cpp_cache
+
+        if cache is None or isinstance(cache, PromptCache) or isinstance(getattr(cache, "capacity_bytes", None), int):
+            if self._river is not None:
+                self._river.prompt_cache = from_llama_cpp_cache(cache)
+        else:
+            warnings.warn(
+                "river_cpp.Llama keeps its own prompt cache (the longest cached prefix of each prompt is "
+                f"reused); the {type(cache).__name__} given to set_cache is kept but not filled",
+                stacklevel=2,
+            )
+        self.cache = cache
 
     def save_state(self) -> LlamaState:
         """The cached token sequence and the seed."""
-        ids = np.array(self._model._cached_ids, dtype=np.intc)
-        return LlamaState(input_ids=ids, n_tokens=int(ids.size), seed=self._seed)
+        ids = self.input_ids
+        return LlamaState(
+            input_ids=ids, n_tokens=int(ids.size), seed=LLAMA_DEFAULT_SEED if self._seed is None else self._seed
+        )
 
     def load_state(self, state: LlamaState) -> None:
         """Bring the cache to `state`'s tokens (recomputed by the backbone) and its seed."""
         ids = [int(t) for t in np.asarray(state.input_ids)[: state.n_tokens]]
-        self._model.reset()
+        self.reset()
         if ids:
             self._model.forward(ids, last_only=True, route="backbone")
-        self._seed = state.seed
+        self.set_seed(state.seed)
+
+    # ---------------------------------------------------------------- low level: eval, sample, generate
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Append `tokens` to the cached sequence and compute their logits (the
+        backbone's; `scores` holds them)."""
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            return
+        logits = self._model.forward(tokens, last_only=not self._logits_all, route="backbone")
+        self._logits, self._logits_at = np.asarray(logits, dtype=np.float32), self.n_tokens
+
+    def sample(
+        self,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        temp: float = 0.80,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_eta: float = 0.1,
+        mirostat_tau: float = 5.0,
+        penalize_nl: bool = True,
+        logits_processor: Any = None,
+        grammar: Any = None,
+        idx: Optional[int] = None,
+    ) -> int:
+        """A token from the last eval()'s logits (position `idx` of the sequence with
+        logits_all=True), as llama-cpp-python samples: logits processors first, then
+        penalties (none here: a lone sample has no history), the grammar, top-k,
+        typical, top-p, min-p and temperature (0: greedy; < 0: the raw distribution)."""
+        for name, value in (("mirostat_mode", mirostat_mode), ("mirostat_tau", mirostat_tau)):
+            compat.refuse(name, value, REFUSED_SAMPLING)
+        compat.refuse("mirostat_eta", mirostat_eta, REFUSED_SAMPLING)
+        sampler = Sampler(
+            self._sample_params(
+                top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty, presence_penalty
+            )
+        )
+        state = self._grammar(grammar).start() if grammar is not None else None
+        return self._sample_with(sampler, [], logits_processor, state, idx)
+
+    def _sample_params(
+        self,
+        top_k: int,
+        top_p: float,
+        min_p: float,
+        typical_p: float,
+        temp: float,
+        repeat_penalty: float,
+        frequency_penalty: float,
+        presence_penalty: float,
+    ) -> SamplingParams:
+        if temp < 0:  # llama.cpp's dist sampler alone: the unmodified distribution
+            temp, top_k, top_p, min_p, typical_p = 1.0, 0, 1.0, 0.0, 1.0
+        return SamplingParams(
+            temperature=temp,
+            top_k=max(int(top_k), 0),
+            top_p=top_p,
+            min_p=min_p,
+            typical_p=typical_p,
+            repeat_penalty=repeat_penalty,
+            frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            repeat_last_n=self.last_n_tokens_size,
+            seed=self._seed,
+        )
+
+    def _grammar(self, grammar: Any):
+        from river_cpp.apps.structured import request_grammar
+
+        return request_grammar(self._model, grammar=grammar)
+
+    def _sample_with(
+        self, sampler: Sampler, generated: Sequence[int], processors: Any, state: Any, idx: Optional[int]
+    ) -> int:
+        if self._logits is None or self._logits_at != self.n_tokens:
+            raise RuntimeError("sample() needs the logits of an eval() of the current sequence: call eval() first")
+        row = -1 if idx is None or not self._logits_all else idx - (self.n_tokens - self._logits.shape[0])
+        logits = np.array(self._logits[row], dtype=np.float32)
+        if processors is not None:
+            ids = self.input_ids
+            for processor in processors if isinstance(processors, (list, tuple)) else [processors]:
+                out = processor(ids, logits)
+                logits = logits if out is None else np.asarray(out, dtype=np.float32)
+        token = sampler(logits, list(generated), state)
+        if state is not None:
+            state.accept(token)
+        return token
+
+    def generate(
+        self,
+        tokens: Sequence[int],
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        temp: float = 0.80,
+        repeat_penalty: float = 1.0,
+        reset: bool = True,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        penalize_nl: bool = True,
+        logits_processor: Any = None,
+        stopping_criteria: Any = None,
+        grammar: Any = None,
+    ) -> Iterator[int]:
+        """Tokens continuing `tokens`, one per next(), until the caller stops (or the
+        context is full), as llama-cpp-python's generate: with `reset`, the longest
+        prefix of `tokens` already cached is reused; `send(ids)` adds ids after the
+        token just yielded; a stopping criterion that fires ends it before that
+        token. Plain decoding by the backbone (no drafts)."""
+        for name, value in (("mirostat_mode", mirostat_mode), ("mirostat_tau", mirostat_tau)):
+            compat.refuse(name, value, REFUSED_SAMPLING)
+        compat.refuse("mirostat_eta", mirostat_eta, REFUSED_SAMPLING)
+        params = self._sample_params(
+            top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty, presence_penalty
+        )
+        return self._generate(list(tokens), params, reset, logits_processor, stopping_criteria, grammar)
+
+    def _generate(
+        self, tokens: list[int], params: SamplingParams, reset: bool, processors: Any, stopping: Any, grammar: Any
+    ) -> Iterator[int]:
+        sampler = Sampler(params)
+        state = self._grammar(grammar).start() if grammar is not None else None
+        cached = [int(t) for t in self.input_ids]
+        if reset:
+            keep = 0
+            for a, b in zip(cached, tokens):
+                if a != b:
+                    break
+                keep += 1
+            keep = min(keep, len(tokens) - 1)  # at least one token is evaluated, for its logits
+            if keep < len(cached):
+                self._model.rewind(max(keep, 0))
+            tokens = tokens[max(keep, 0) :]
+        generated: list[int] = []
+        while True:
+            if self.n_tokens + len(tokens) > self.n_ctx():
+                return
+            self.eval(tokens)
+            token = self._sample_with(sampler, generated, processors, state, None)
+            if stopping is not None:
+                criteria = stopping if isinstance(stopping, (list, tuple)) else [stopping]
+                if any(bool(stop(self.input_ids, self._logits[-1])) for stop in criteria):
+                    return
+            generated.append(token)
+            sent = yield token
+            tokens = [token, *(sent or ())]
+
+    # ---------------------------------------------------------------- embeddings
+
+    def _need_embedder(self) -> Embedder:
+        if self._embedder is None:
+            raise RuntimeError("Llama model must be created with embedding=True to call this method")
+        return self._embedder
+
+    def embed(
+        self, input: Union[str, list[str]], normalize: bool = False, truncate: bool = True, return_count: bool = False
+    ) -> Any:
+        """llama-cpp-python's embed (embedding=True): a vector per text, pooled as the
+        GGUF says (a list of token vectors each when its pooling is none);
+        normalize: unit length; truncate: to n_batch tokens."""
+        return self._need_embedder().embed(input, normalize=normalize, truncate=truncate, return_count=return_count)
+
+    def create_embedding(self, input: Union[str, list[str]], model: Optional[str] = None) -> dict[str, Any]:
+        """OpenAI's embeddings response of `input` (embedding=True)."""
+        return self._need_embedder().create_embedding(input, model=model if model is not None else self.model_path)
 
     # ---------------------------------------------------------------- completions
 
@@ -242,10 +576,17 @@ class Llama:
         """A call's sampling options in river-cpp's names (refused ones checked)."""
         options = dict(sampling)
         for name in REFUSED_SAMPLING:
-            _refuse(name, options.pop(name, REFUSED_SAMPLING[name][0]), REFUSED_SAMPLING)
-        if seed is None and self._seed != LLAMA_DEFAULT_SEED:
+            compat.refuse(name, options.pop(name, REFUSED_SAMPLING[name][0]), REFUSED_SAMPLING)
+        options.pop("tfs_z", None)  # tail-free sampling left llama.cpp; llama-cpp-python ignores it too
+        if seed is None:
             seed = self._seed
+        elif _random_seed(seed):
+            seed = None
         options["seed"] = seed
+        if options.get("top_k") is not None and options["top_k"] <= 0:
+            options["top_k"] = 0  # llama.cpp: top-k off
+        if options.get("temperature", 0) < 0:  # llama.cpp's dist sampler alone: the raw distribution
+            options.update(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0)
         # llama-cpp-python penalizes the generated tokens only, its last last_n_tokens_size
         options["penalize_prompt"] = False
         options["repeat_last_n"] = self.last_n_tokens_size
@@ -271,23 +612,29 @@ class Llama:
         top_k: int = 40,
         stream: bool = False,
         seed: Optional[int] = None,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
         model: Optional[str] = None,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
         grammar: Any = None,
         logit_bias: Optional[Mapping[Any, float]] = None,
         **options: Any,
     ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
         """llama-cpp-python's create_completion. `echo` puts the prompt before the text;
         `suffix` is appended after it (llama-cpp-python's rule for a model without
-        infill tokens). River options (policy, speculative, cancel) pass through;
-        tfs_z, mirostat_*, stopping_criteria and logits_processor are refused unless
-        neutral."""
+        infill tokens). logits_processor / stopping_criteria run on each step's
+        logits (the call then decodes plainly; usage.river.plain_decoding says so).
+        River options (policy, speculative, cancel) and `n` pass through;
+        mirostat_* are refused unless neutral; tfs_z is ignored, as llama-cpp-python
+        ignores it."""
         if echo and logprobs is not None:
             raise ValueError("river_cpp.Llama cannot serve echo with logprobs: the prompt's logprobs are not computed")
         if suffix is not None and not isinstance(suffix, str):
             raise ValueError(f"suffix must be a string, got {type(suffix).__name__}")
-        sampling_names = ("tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "stopping_criteria")
-        sampling = {name: options.pop(name) for name in (*sampling_names, "logits_processor") if name in options}
-        sampling.update(
+        sampling = dict(
             temperature=temperature,
             top_p=top_p,
             min_p=min_p,
@@ -298,6 +645,10 @@ class Llama:
             repeat_penalty=repeat_penalty,
             top_k=top_k,
             logit_bias=logit_bias,
+            tfs_z=tfs_z,
+            mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta,
         )
         result = self._model.create_completion(
             prompt,
@@ -306,14 +657,16 @@ class Llama:
             stream=stream,
             model_name=model,
             grammar=grammar,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
             **options,
             **self._sampling(seed, sampling),
         )
         echoed = prompt if isinstance(prompt, str) else self.detokenize(prompt).decode("utf-8", errors="ignore")
         if stream:
             return _framed_chunks(result, echoed if echo else "", suffix or "")
-        choice = result["choices"][0]
-        choice["text"] = (echoed if echo else "") + choice["text"] + (suffix or "")
+        for choice in result["choices"]:
+            choice["text"] = (echoed if echo else "") + choice["text"] + (suffix or "")
         return result
 
     def __call__(self, prompt: Union[str, list[int]], *args: Any, **kwargs: Any):
@@ -340,7 +693,12 @@ class Llama:
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         repeat_penalty: float = 1.0,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
         model: Optional[str] = None,
+        logits_processor: Any = None,
         grammar: Any = None,
         logit_bias: Optional[Mapping[Any, float]] = None,
         logprobs: Optional[bool] = None,
@@ -348,9 +706,13 @@ class Llama:
         **options: Any,
     ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
         """llama-cpp-python's create_chat_completion, on the GGUF's own chat template
-        (Jinja2, as llama-cpp-python renders it). tools / tool_choice (and the older
-        functions / function_call) give OpenAI tool_calls; response_format and grammar
-        constrain the reply (river_cpp.apps.completions.create_chat_completion)."""
+        (Jinja2, as llama-cpp-python renders it) or the chat_format's. tools /
+        tool_choice (and the older functions / function_call) give OpenAI tool_calls
+        on any template: in the template's own call syntax where it has one, else a
+        named or "required" choice makes the reply the call's JSON; response_format
+        and grammar constrain the reply (river_cpp.apps.completions.create_chat_completion)."""
+        if not tools:  # llama-cpp-python reads an empty list as no tools (Haystack sends one)
+            tools = None
         if functions is not None and tools is None:
             tools = [{"type": "function", "function": f} for f in functions]
         if function_call is not None and tool_choice is None:
@@ -359,12 +721,7 @@ class Llama:
                 if isinstance(function_call, str)
                 else {"type": "function", "function": {"name": function_call.get("name")}}
             )
-        sampling = {
-            name: options.pop(name)
-            for name in ("tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "logits_processor")
-            if name in options
-        }
-        sampling.update(
+        sampling = dict(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
@@ -375,6 +732,10 @@ class Llama:
             frequency_penalty=frequency_penalty,
             repeat_penalty=repeat_penalty,
             logit_bias=logit_bias,
+            tfs_z=tfs_z,
+            mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta,
         )
         return self._model.create_chat_completion(
             messages,
@@ -388,20 +749,37 @@ class Llama:
             tools=tools,
             tool_choice=tool_choice,
             template_engine="jinja",
+            chat_template_source=self._template_source,
+            logits_processor=logits_processor,
             **options,
             **self._sampling(seed, sampling),
         )
 
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
+        """create_chat_completion's answer as the openai package's ChatCompletion (or
+        an iterator of ChatCompletionChunk with stream=True); needs `openai`."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError:
+            raise ImportError("create_chat_completion_openai_v1 needs the openai package: pip install openai") from None
+        out = self.create_chat_completion(*args, **kwargs)
+        if kwargs.get("stream", False):
+            return (ChatCompletionChunk(**chunk) for chunk in out)
+        return ChatCompletion(**out)
+
 
 def _framed_chunks(chunks: Iterator[dict[str, Any]], before: str, after: str) -> Iterator[dict[str, Any]]:
-    """A completion stream with `before` in its first text chunk and `after` in its last."""
-    first = True
-    for chunk in chunks:
-        choices = chunk.get("choices") or []
-        if choices:
-            if first:
-                choices[0]["text"] = before + choices[0]["text"]
-                first = False
-            if choices[0].get("finish_reason") is not None:
-                choices[0]["text"] += after
-        yield chunk
+    """A completion stream with `before` in each choice's first text chunk and
+    `after` in its last."""
+    started: set[int] = set()
+    try:
+        for chunk in chunks:
+            for choice in chunk.get("choices") or []:
+                if choice["index"] not in started:
+                    choice["text"] = before + choice["text"]
+                    started.add(choice["index"])
+                if choice.get("finish_reason") is not None:
+                    choice["text"] += after
+            yield chunk
+    finally:
+        chunks.close()

@@ -8,6 +8,9 @@ whose arguments match the function's JSON schema.
 
 - "hermes" (Qwen2.5, Hermes, many others): <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>
 - "llama3" (Llama 3.1 / 3.2): {"name": ..., "parameters": {...}}, optionally after <|python_tag|>
+- "json": a template with no tool syntax (SmolLM2's, Gemma's): a forced call is the
+  whole reply, the named function's arguments object or, for "required",
+  {"name": ..., "arguments": {...}} (llama-cpp-python's template handlers force the former)
 """
 
 from __future__ import annotations
@@ -27,14 +30,24 @@ _HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-def call_syntax(template_source: str) -> str:
-    """ "hermes" or "llama3": how the template asks the model to call a tool;
-    ValueError for a template that renders tools some other way."""
+def known_call_syntax(template_source: str) -> Optional[str]:
+    """ "hermes" or "llama3": how the template asks the model to call a tool; None
+    for a template without a tool syntax river-cpp knows."""
     if _HERMES_OPEN in template_source:
         return "hermes"
     if "parameters" in template_source and ("ipython" in template_source or _PYTHON_TAG in template_source):
         return "llama3"
-    raise ValueError("this chat template renders tools, but not in a tool-call syntax river-cpp knows (hermes, llama3)")
+    return None
+
+
+def call_syntax(template_source: str) -> str:
+    """known_call_syntax, with ValueError for a template without one."""
+    syntax = known_call_syntax(template_source)
+    if syntax is None:
+        raise ValueError(
+            "this chat template renders tools, but not in a tool-call syntax river-cpp knows (hermes, llama3)"
+        )
+    return syntax
 
 
 @dataclass(frozen=True)
@@ -96,7 +109,10 @@ def check_tools(tools: Any, tool_choice: Any) -> Optional[ToolRequest]:
 def call_grammar(syntax: str, request: ToolRequest) -> tuple[str, str]:
     """(GBNF, root rule) of one call of the tools `request` allows (the named one, or
     any for "required"), its arguments matching the function's schema."""
-    arguments = "arguments" if syntax == "hermes" else "parameters"
+    if syntax == "json" and request.choice == "named":
+        tool = next(t for t in request.tools if t["function"]["name"] == request.named)
+        return schema_grammar(tool["function"]["parameters"]), "root"
+    arguments = "parameters" if syntax == "llama3" else "arguments"
     calls = [
         {
             "type": "object",
@@ -129,10 +145,19 @@ def _as_call(body: str, arguments_key: str) -> Optional[dict[str, Any]]:
     return _call(value["name"], arguments)
 
 
-def parse_tool_calls(syntax: str, text: str) -> tuple[Optional[str], list[dict[str, Any]]]:
+def parse_tool_calls(syntax: str, text: str, named: Optional[str] = None) -> tuple[Optional[str], list[dict[str, Any]]]:
     """(content, tool_calls) of the model's text: the calls in OpenAI's shape and the
     text around them (None when there is none). Text that is not a well-formed call
-    stays content."""
+    stays content. `named`: the function a "json" reply is the arguments of."""
+    if syntax == "json":
+        if named is not None:
+            try:
+                json.loads(text)
+            except ValueError:
+                return text, []
+            return None, [_call(named, text)]
+        call = _as_call(text.strip(), "arguments")
+        return (None, [call]) if call is not None else (text, [])
     if syntax == "hermes":
         calls, kept = [], []
         position = 0
@@ -158,8 +183,9 @@ class ToolCallStream:
     Text that is or may become a tool call is held back (the call is sent whole, as
     tool_calls deltas, when the generation ends)."""
 
-    def __init__(self, syntax: str) -> None:
+    def __init__(self, syntax: str, named: Optional[str] = None) -> None:
         self.syntax = syntax
+        self.named = named
         self.text = ""
         self._shown = 0
 
@@ -170,6 +196,8 @@ class ToolCallStream:
         return new
 
     def _safe_end(self) -> int:
+        if self.syntax == "json":
+            return self._shown  # the whole reply is the call
         if self.syntax == "hermes":
             found = self.text.find(_HERMES_OPEN, self._shown)
             if found >= 0:
@@ -185,7 +213,7 @@ class ToolCallStream:
 
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         """(the content not streamed yet, the tool calls)."""
-        content, calls = parse_tool_calls(self.syntax, self.text)
+        content, calls = parse_tool_calls(self.syntax, self.text, self.named)
         if not calls:
             return self.text[self._shown :], []
         return "", calls  # what the model wrote around its calls was streamed before them, or is dropped

@@ -80,6 +80,42 @@ class GenerationResult:
         return _rate(len(self.token_ids) - 1, self.generation_seconds)
 
 
+# llama-cpp-python's hooks: logits_processor(input_ids, scores) -> scores, and
+# stopping_criteria(input_ids, scores) -> bool (a callable or a list of them).
+LogitsHook = Callable[[np.ndarray, np.ndarray], Any]
+
+
+def _hooks(hooks: Union[LogitsHook, Sequence[LogitsHook], None], name: str) -> tuple[LogitsHook, ...]:
+    """A hook or a list of hooks as a tuple (empty for None); TypeError for anything else."""
+    if hooks is None:
+        return ()
+    hooks = (hooks,) if callable(hooks) else tuple(hooks)
+    for hook in hooks:
+        if not callable(hook):
+            raise TypeError(f"{name} must be a callable or a list of callables, got {type(hook).__name__}")
+    return hooks
+
+
+class _Processed:
+    """A sampler that runs logits processors on each position's logits first (as
+    llama-cpp-python does, before its penalties): processor(input_ids, scores) gets
+    the sequence so far (np.intc) and a float32 copy of the logits, and returns the
+    scores to sample from."""
+
+    def __init__(self, sampler: Sampler, processors: tuple[LogitsHook, ...]) -> None:
+        self.sampler = sampler
+        self.params = sampler.params
+        self._processors = processors
+
+    def __call__(self, logits: np.ndarray, history: Sequence[int], constraint: Any = None) -> int:
+        ids = np.asarray(history, dtype=np.intc)
+        scores = np.array(logits, dtype=np.float32)
+        for processor in self._processors:
+            out = processor(ids, scores)
+            scores = scores if out is None else np.asarray(out, dtype=np.float32).reshape(scores.shape)
+        return self.sampler(scores, history, constraint)
+
+
 def _rate(count: int, seconds: float) -> float:
     return count / seconds if count > 0 and seconds > 0 else 0.0
 
@@ -275,8 +311,11 @@ def _generate_chunks(
     speculative: Optional[Speculative],
     logprobs: Optional[int] = None,
     grammar: Optional[Grammar] = None,
+    stopping: tuple[LogitsHook, ...] = (),
 ) -> Generator[GenerationChunk, None, GenerationResult]:
-    """One chunk per sampled token; returns the GenerationResult."""
+    """One chunk per sampled token; returns the GenerationResult. `stopping`: criteria
+    asked before each token is kept, with the sequence before it and the logits that
+    chose it (llama-cpp-python's rule: a token they stop at is dropped)."""
     tokenizer = model.tokenizer
     text = _StoppingText(sampler.params.stop)
     token_ids: list[int] = []
@@ -289,6 +328,11 @@ def _generate_chunks(
     )
     steps_ended = _Timed(steps)
     for step, step_seconds in steps_ended:
+        if stopping:
+            ids = np.asarray([*prompt_ids, *token_ids], dtype=np.intc)
+            if any(bool(stop(ids, step.logits)) for stop in stopping):
+                finish_reason = "stop"
+                break
         token_ids.append(step.token)
         exit_layers.append(step.exit_layer)
         seconds.append(step_seconds)
@@ -332,13 +376,17 @@ def stream_generate(
     speculative: SpeculativeOption = None,
     sampling: Optional[SamplingParams] = None,
     grammar: Optional[Grammar] = None,
+    logits_processor: Union[LogitsHook, Sequence[LogitsHook], None] = None,
+    stopping_criteria: Union[LogitsHook, Sequence[LogitsHook], None] = None,
     **sampling_options: Any,
 ) -> GenerationStream:
     """The GenerationStream of a continuation of `prompt` (text, or token ids used as
     they are); see generate. `decoding`: how it decodes, as resolved by
     river_cpp.decoding.decision; without one, the options are resolved here over the
     model's policy (no draft, SamplingParams' defaults). Options are checked, and the
-    prompt tokenized, before anything runs."""
+    prompt tokenized, before anything runs. `logits_processor` / `stopping_criteria`
+    (llama-cpp-python's hooks) run on each step's logits on the host, so a call with
+    either decodes plainly (no drafts)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     if logprobs is not None and (
@@ -362,9 +410,14 @@ def stream_generate(
         params = params.replace(seed=model.seed)
     if grammar is not None and not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a river_cpp.decoding.grammar.Grammar, got {type(grammar).__name__}")
+    processors = _hooks(logits_processor, "logits_processor")
+    stopping = _hooks(stopping_criteria, "stopping_criteria")
+    speculative = None if processors or stopping else decoding.speculative
     prompt_ids = _prompt_ids(model, prompt)
     sampler = Sampler(params, n_prompt=len(prompt_ids))
     sampler.check_vocab(model.n_vocab)
+    if processors:
+        sampler = _Processed(sampler, processors)
     max_new_tokens = min(int(max_tokens), model.n_ctx - len(prompt_ids))
     chunks = _generate_chunks(
         model,
@@ -372,9 +425,10 @@ def stream_generate(
         sampler,
         max_new_tokens,
         decoding.policy,
-        decoding.speculative,
+        speculative,
         None if logprobs is None else int(logprobs),
         grammar,
+        stopping,
     )
     return GenerationStream(chunks)
 

@@ -90,3 +90,23 @@ def test_the_call_grammar_names_the_function():
     assert root == "tool-call" and "get_weather" in gbnf and "now" not in gbnf.replace("tool-call", "")
     gbnf, root = call_grammar("llama3", check_tools([WEATHER, CLOCK], "required"))
     assert root == "root" and "get_weather" in gbnf and '\\"now\\"' in gbnf
+
+
+def test_a_template_without_a_tool_syntax_forces_bare_json_calls():
+    from river_cpp.apps.tools import known_call_syntax
+
+    assert known_call_syntax("{{ messages }}") is None and known_call_syntax("<tool_call>") == "hermes"
+    named = check_tools([WEATHER, CLOCK], {"type": "function", "function": {"name": "get_weather"}})
+    gbnf, root = call_grammar("json", named)
+    assert root == "root" and "city" in gbnf and "now" not in gbnf  # the named function's arguments only
+    content, calls = parse_tool_calls("json", '{"city": "Paris"}', named="get_weather")
+    assert content is None and calls[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert parse_tool_calls("json", "not json", named="get_weather") == ("not json", [])
+    required = check_tools([WEATHER, CLOCK], "required")
+    gbnf, _ = call_grammar("json", required)
+    assert "get_weather" in gbnf and "now" in gbnf
+    content, calls = parse_tool_calls("json", '{"name": "now", "arguments": {}}')
+    assert calls[0]["function"]["name"] == "now" and json.loads(calls[0]["function"]["arguments"]) == {}
+    stream = ToolCallStream("json", "get_weather")
+    assert stream.push('{"city": ') == "" and stream.push('"Rome"}') == ""
+    assert stream.finish()[1][0]["function"]["arguments"] == '{"city": "Rome"}'

@@ -8,6 +8,7 @@ What a request may say is river_cpp.apps.server.protocol's; running it is the wo
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import hashlib
 import hmac
@@ -16,6 +17,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -24,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.server.config import ServerConfig
 from river_cpp.apps.server.protocol import (
     APIError,
@@ -39,6 +42,8 @@ from river_cpp.apps.server.worker import Job, ModelWorker
 from river_cpp.decoding.decision import Decoding
 
 # Browser origins allowed by default: pages served from this machine.
+# The most strings one /v1/embeddings request may embed.
+MAX_EMBEDDING_INPUTS = 256
 LOCAL_ORIGIN_REGEX = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 
@@ -155,6 +160,9 @@ class Server:
         self.config = config
         self.model_id = model_id
         self.created = int(time.time())
+        # llama.cpp's embedding context of the served file, opened by the first
+        # /v1/embeddings request (river_cpp.apps.embeddings).
+        self._embedder: Optional[Embedder] = None
 
     def app(self) -> Callable:
         """The ASGI app: routes behind the guard and CORS."""
@@ -163,6 +171,7 @@ class Server:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
         ]
         if self.config.cors_origins is None:
             cors = {"allow_origin_regex": LOCAL_ORIGIN_REGEX}
@@ -205,6 +214,42 @@ class Server:
     async def chat_completions(self, request: Request) -> Response:
         """POST /v1/chat/completions."""
         return await self._generate(request, chat=True)
+
+    async def embeddings(self, request: Request) -> Response:
+        """POST /v1/embeddings: OpenAI's embeddings of `input` (a string or a list of
+        strings), pooled as the GGUF says, by llama.cpp's own context on the served
+        file; it runs beside generations (its own context, its own lock)."""
+        try:
+            body = parse_json(await self._body(request))
+            if self.worker.load_error is not None:
+                raise APIError(500, "the model failed to load", kind="server_error")
+            if not self.worker.ready.is_set():
+                raise busy("the model is loading")
+            texts = body.get("input")
+            if isinstance(texts, str):
+                texts = [texts]
+            if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+                raise APIError(400, "input must be a string or a non-empty list of strings", param="input")
+            if len(texts) > MAX_EMBEDDING_INPUTS:
+                raise APIError(400, f"input may hold at most {MAX_EMBEDDING_INPUTS} strings", param="input")
+            encoding = body.get("encoding_format", "float")
+            if encoding not in ("float", "base64"):
+                raise APIError(400, 'encoding_format must be "float" or "base64"', param="encoding_format")
+            if self._embedder is None:
+                model = self.worker.model
+                self._embedder = Embedder(model.model_path, n_ctx=model.n_ctx, n_threads=model.n_threads)
+            answer = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: self._embedder.create_embedding(texts, model=self.model_id)
+            )
+        except APIError as error:
+            return error_response(error)
+        except (ValueError, RuntimeError) as error:
+            return error_response(APIError(400, str(error), param="input"))
+        if encoding == "base64":  # OpenAI's: the float32 little-endian bytes (the openai client asks for it)
+            for item in answer["data"]:
+                raw = np.asarray(item["embedding"], dtype="<f4").tobytes()
+                item["embedding"] = base64.b64encode(raw).decode("ascii")
+        return JSONResponse(answer)
 
     def _cache_scope(self, request: Request) -> str:
         """The prompt cache scope of a request: "" (shared) with --share-prompt-cache, else a

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from river_cpp.apps.chat_template import chat_template
-from river_cpp.apps.completions import chat_prompt
+from river_cpp.apps.completions import MAX_CHOICES, chat_prompt
 from river_cpp.apps.structured import request_grammar, response_format_grammar
-from river_cpp.apps.tools import call_syntax, check_tools
+from river_cpp.apps.tools import check_tools
 from river_cpp.decoding.decision import Decoding, decide, sampling_defaults
 from river_cpp.decoding.policy import ExitPolicy, exit_policy
 from river_cpp.decoding.presets import DEFAULT
@@ -181,8 +181,8 @@ def _river_field(body: Mapping[str, Any], n_layer: int) -> tuple[Optional[ExitPo
 
 
 def _unsupported(body: Mapping[str, Any]) -> None:
-    if _integer(body, "n", 1, 1, 1) != 1 or _integer(body, "best_of", 1, 1, 1) != 1:
-        raise APIError(400, "only one choice per request (n = 1)", param="n")
+    if _integer(body, "best_of", 1, 1, 1) != 1:
+        raise APIError(400, "best_of must be 1", param="best_of")
     if body.get("echo"):
         raise APIError(400, "echo is not supported", param="echo")
     if body.get("suffix"):
@@ -210,7 +210,7 @@ def _sampling(body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
         seed=None if seed is None else seed % (1 << 64),
         stop=tuple(_stop(body) or ()),
     )
-    options = {"max_tokens": max_tokens, "sampling": sampling}
+    options = {"max_tokens": max_tokens, "sampling": sampling, "n": _integer(body, "n", 1, 1, MAX_CHOICES)}
     stream = _boolean(body, "stream", False)
     stream_options = body.get("stream_options")
     if stream_options is not None:
@@ -396,8 +396,8 @@ def _offered_tools(parsed: ParsedRequest) -> Optional[list[Any]]:
 
 def check_structured(model, parsed: ParsedRequest) -> None:
     """400 naming the field for what needs the model to check: logit_bias ids outside
-    the vocabulary, a grammar or schema llama.cpp cannot compile, tools on a template
-    without tool support. The compiled grammar replaces grammar / response_format in
+    the vocabulary, a grammar or schema llama.cpp cannot compile, tools on a model
+    without a chat template. The compiled grammar replaces grammar / response_format in
     the options (river_cpp.decoding.grammar.Grammar), so it is compiled once."""
     options = parsed.options
     outside = [t for t, _ in options["decoding"].sampling.logit_bias if t >= model.n_vocab]
@@ -405,10 +405,7 @@ def check_structured(model, parsed: ParsedRequest) -> None:
         raise APIError(400, f"logit_bias token id {outside[0]} is outside [0, {model.n_vocab})", param="logit_bias")
     if options.get("tools") is not None and options.get("tool_choice") != "none":
         try:
-            template = chat_template(model.tokenizer)
-            if not template.supports_tools:
-                raise ValueError("this model's chat template has no tool support: it does not render `tools`")
-            call_syntax(template.source)
+            chat_template(model.tokenizer)  # on a template without a tool syntax, calls are forced JSON
         except ValueError as error:
             raise APIError(400, str(error), param="tools") from None
     param = "grammar" if options.get("grammar") is not None else "response_format"

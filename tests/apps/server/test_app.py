@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
@@ -548,9 +549,40 @@ def test_bad_structured_requests_are_400s_naming_the_field(tools_client, fields,
     assert ok.choices[0].message.content is not None  # the server stays usable
 
 
-def test_tools_on_a_template_without_tool_support_are_a_400(client):
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(
-            model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER], max_tokens=4
-        )
-    assert caught.value.body["param"] == "tools" and "tool support" in caught.value.body["message"]
+def test_tools_on_a_template_without_a_tool_syntax(client):
+    """As llama-cpp-python: "auto" answers text; a named tool (or "required") makes the
+    reply the call's JSON through the grammar."""
+    messages = [{"role": "user", "content": "Weather?"}]
+    auto = client.chat.completions.create(model=MODEL_ID, messages=messages, tools=[WEATHER], max_tokens=4)
+    assert auto.choices[0].message.tool_calls is None and auto.choices[0].finish_reason in ("stop", "length")
+    forced = client.chat.completions.create(
+        model=MODEL_ID,
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40,
+    )
+    call = forced.choices[0].message.tool_calls[0].function
+    assert forced.choices[0].finish_reason == "tool_calls" and call.name == "get_weather"
+    assert json.loads(call.arguments)["unit"] in ("c", "f")
+
+
+def test_n_choices(client):
+    reply = client.completions.create(model=MODEL_ID, prompt="The river", max_tokens=4, n=3, seed=1)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+
+
+def test_embeddings_are_llama_cpp_vectors_through_the_openai_client(client, server, tiny_llama4):
+    import llama_cpp.llama
+
+    texts = ["A river flows.", "To the sea."]
+    got = client.embeddings.create(model=MODEL_ID, input=texts)
+    reference = llama_cpp.llama.Llama(model_path=str(tiny_llama4), n_ctx=N_CTX, embedding=True, verbose=False)
+    expected = reference.create_embedding(texts)
+    reference.close()
+    assert [d.index for d in got.data] == [0, 1] and got.usage.prompt_tokens == expected["usage"]["prompt_tokens"]
+    for ours, theirs in zip(got.data, expected["data"]):
+        # a GGUF without pooling gives a vector per token: base64 carries them one after another
+        np.testing.assert_allclose(ours.embedding, np.ravel(theirs["embedding"]), rtol=1e-5, atol=1e-6)
+    status, _, body = request(server.port, "POST", "/v1/embeddings", {"input": []})
+    assert status == 400 and body["error"]["param"] == "input"

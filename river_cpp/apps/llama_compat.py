@@ -1,0 +1,348 @@
+"""What river_cpp.Llama takes from llama-cpp-python's constructor, and what it shows back.
+
+Owns the keyword tables (served, accepted because they cannot change the output,
+refused because they would and cannot be served), the checks that need the GGUF's
+header (RoPE settings, n_ctx=0, chat_format names), and the members frameworks read
+(context_params, model_params, metadata, the tokenizer object). It does not load or
+run a model: river_cpp.apps.llama does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from river_cpp.engine.gguf_info import ArraySummary, GgufInfo
+
+# llama_cpp.LLAMA_DEFAULT_SEED: "a fresh random seed"
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+# llama_cpp.LLAMA_ROPE_SCALING_TYPE_*: the GGUF's rope.scaling.type names by number
+ROPE_SCALING_TYPES = {"none": 0, "linear": 1, "yarn": 2, "longrope": 3}
+
+# Constructor keywords that size llama.cpp's work or place it, and never change the
+# output: accepted; they are shown in context_params / model_params and otherwise
+# left to river-cpp, which sizes and places its own work.
+SIZING = {
+    "n_batch": 512,
+    "n_ubatch": 512,
+    "n_threads_batch": None,
+    "logits_all": False,
+    "no_perf": False,
+}
+# Keywords accepted and ignored: they change speed or memory only (or nothing in
+# llama-cpp-python either). A value other than llama-cpp-python's default is named in
+# one warning per constructor call, with why.
+IGNORED: dict[str, tuple[Any, str]] = {
+    "split_mode": (1, "river-cpp places layers itself (n_gpu_layers, main_gpu)"),
+    "tensor_split": (None, "river-cpp places layers itself (n_gpu_layers, main_gpu)"),
+    "use_mlock": (False, "river-cpp does not lock model memory"),
+    "offload_kqv": (True, "river-cpp places the KV cache itself"),
+    "flash_attn": (False, "river-cpp's attention kernels are its own"),
+    "op_offload": (None, "river-cpp places its work itself"),
+    "swa_full": (None, "river-cpp sizes its own KV cache"),
+    "numa": (False, "river-cpp does no NUMA placement"),
+    "type_k": (None, "the KV cache stays F16: the output is the unquantized cache's"),
+    "type_v": (None, "the KV cache stays F16: the output is the unquantized cache's"),
+    "draft_model": (None, "river-cpp drafts itself (speculative=river_cpp.Speculative(...))"),
+    "vocab_only": (False, "the whole model is loaded"),
+    # older llama-cpp-python keywords LangChain still passes; llama-cpp-python ignores them
+    "n_parts": (-1, "llama-cpp-python ignores it too"),
+    "f16_kv": (True, "llama-cpp-python ignores it too"),
+}
+# Constructor keywords that would change the output and cannot be served: refused
+# unless they keep llama-cpp-python's default (the RoPE and YaRN ones are also
+# accepted when equal to the GGUF's own: see check_rope).
+REFUSED: dict[str, tuple[Any, str]] = {
+    "kv_overrides": (None, "GGUF metadata overrides are not supported"),
+    "lora_base": (None, "LoRA adapters are not supported"),
+    "lora_scale": (1.0, "LoRA adapters are not supported"),
+    "lora_path": (None, "LoRA adapters are not supported"),
+    "chat_handler": (None, "chats render the GGUF's template or a chat_format's"),
+    "tokenizer": (None, "the GGUF's own tokenizer is always used"),
+    "spm_infill": (False, "infill prompts are not supported"),
+    "attention_type": (-1, "non-causal attention is served for embeddings only (embedding=True)"),
+}
+# Sampling arguments of the calls that would change the output and cannot be served.
+REFUSED_SAMPLING: dict[str, tuple[Any, str]] = {
+    "mirostat_mode": (0, "mirostat sampling is not supported"),
+    "mirostat_tau": (5.0, "mirostat sampling is not supported"),
+    "mirostat_eta": (0.1, "mirostat sampling is not supported"),
+}
+
+
+def refuse(name: str, value: Any, table: Mapping[str, tuple[Any, str]]) -> None:
+    """ValueError naming `name` when `value` is not its neutral value in `table`."""
+    default, why = table[name]
+    if value is not default and value != default:
+        raise ValueError(f"river_cpp.Llama cannot serve {name}={value!r}: {why}")
+
+
+def warn_ignored(options: Mapping[str, Any], *, unknown: Sequence[str] = ()) -> list[str]:
+    """One warning naming each ignored keyword set to something other than its
+    default (IGNORED) and each keyword neither llama-cpp-python nor river-cpp knows
+    (llama-cpp-python ignores those silently); the names warned of."""
+    named = [
+        n
+        for n, v in options.items()
+        if n in IGNORED and n not in unknown and v is not IGNORED[n][0] and v != IGNORED[n][0]
+    ]
+    lines = [f"{n}={options[n]!r} ({IGNORED[n][1]})" for n in named]
+    lines += [f"{n}={options[n]!r} (not a keyword river-cpp or llama-cpp-python uses)" for n in unknown]
+    if lines:
+        warnings.warn("river_cpp.Llama ignores " + "; ".join(lines), stacklevel=3)
+    return [*named, *unknown]
+
+
+# ---------------------------------------------------------------- the GGUF's settings
+
+
+def _meta(info: GgufInfo, key: str, default: Any = None) -> Any:
+    return info.get(f"{info.arch}.{key}", default)
+
+
+# LangChain's LlamaCpp and ChatLlamaCpp always pass rope_freq_base=10000.0 (their default).
+LANGCHAIN_ROPE_FREQ_BASE = 10000.0
+
+
+def check_rope(info: GgufInfo, options: Mapping[str, Any]) -> None:
+    """ValueError naming a RoPE or YaRN keyword that asks for other than the GGUF's
+    own settings (0 / -1 / None: the GGUF's, as in llama-cpp-python). One exception:
+    rope_freq_base=10000.0, LangChain's default on every model, keeps the GGUF's base
+    with a warning (llama-cpp-python applies it and changes the output)."""
+    base = float(_meta(info, "rope.freq_base", 10000.0))
+    scaling = str(_meta(info, "rope.scaling.type", "none"))
+    factor = float(_meta(info, "rope.scaling.factor", 0.0) or 0.0)
+    scale = 1.0 / factor if scaling != "none" and factor > 0 else 1.0
+    wanted = {
+        "rope_freq_base": (base, options.get("rope_freq_base", 0.0), (0.0, None)),
+        "rope_freq_scale": (scale, options.get("rope_freq_scale", 0.0), (0.0, None)),
+        "rope_scaling_type": (ROPE_SCALING_TYPES.get(scaling, -1), options.get("rope_scaling_type", -1), (-1, None)),
+    }
+    for name, (own, value, neutral) in wanted.items():
+        if value in neutral:
+            continue
+        if not isinstance(value, (int, float)) or abs(float(value) - own) > 1e-6 * max(1.0, abs(own)):
+            if name == "rope_freq_base" and value == LANGCHAIN_ROPE_FREQ_BASE:
+                warnings.warn(
+                    f"river_cpp.Llama keeps the GGUF's rope_freq_base ({own!r}), not {value!r}: LangChain's "
+                    "LlamaCpp / ChatLlamaCpp pass 10000.0 by default, which llama-cpp-python would apply "
+                    "(changing the model's output); pass rope_freq_base=0 to silence this",
+                    stacklevel=3,
+                )
+                continue
+            raise ValueError(
+                f"river_cpp.Llama cannot serve {name}={value!r}: RoPE is the GGUF's own ({name} = {own!r} here)"
+            )
+    # With no scaling (freq_scale 1), YaRN's extrapolation mix and ramp change nothing; its
+    # attention factor scales every rotation, so it must stay 1.
+    yarn_neutral = {"yarn_ext_factor": -1.0, "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0}
+    for name, default in (*yarn_neutral.items(), ("yarn_attn_factor", 1.0)):
+        value = options.get(name, default)
+        if value == default or (scale == 1.0 and name != "yarn_attn_factor"):
+            continue
+        raise ValueError(f"river_cpp.Llama cannot serve {name}={value!r}: YaRN settings are the GGUF's own")
+
+
+def training_context(info: GgufInfo, *, verbose: bool) -> int:
+    """n_ctx=0: the GGUF's training context, capped so that the F16 KV cache takes at
+    most half the memory available now (with a warning saying so)."""
+    n_ctx_train = int(_meta(info, "context_length", 0) or 0)
+    if n_ctx_train <= 0:
+        raise ValueError("n_ctx=0 asks for the model's training context, but this GGUF does not give one")
+    n_layer = int(_meta(info, "block_count"))
+    n_head = int(_meta(info, "attention.head_count"))
+    n_head_kv = _meta(info, "attention.head_count_kv", n_head)
+    n_head_kv = max(n_head_kv) if isinstance(n_head_kv, list) else int(n_head_kv)
+    head_k = int(_meta(info, "attention.key_length", int(_meta(info, "embedding_length")) // n_head))
+    head_v = int(_meta(info, "attention.value_length", head_k))
+    per_token = 2 * n_layer * n_head_kv * (head_k + head_v)  # F16 K and V
+    available = _available_memory()
+    if available is None or per_token * n_ctx_train <= available // 2:
+        return n_ctx_train
+    capped = max(512, int(available // 2 // per_token) // 256 * 256)
+    if capped >= n_ctx_train:
+        return n_ctx_train
+    message = (
+        f"n_ctx=0: the training context ({n_ctx_train} tokens) needs a "
+        f"{per_token * n_ctx_train / 2**30:.1f} GiB KV cache, more than half of the "
+        f"{available / 2**30:.1f} GiB available; using n_ctx={capped}"
+    )
+    warnings.warn(message, stacklevel=3)
+    if verbose:
+        print(f"river-cpp: {message}", file=sys.stderr)
+    return capped
+
+
+def _available_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def metadata(info: GgufInfo) -> dict[str, str]:
+    """The GGUF's key-values as llama.cpp gives them to llama-cpp-python's `metadata`:
+    every key that is not an array, its value as text (floats with six decimals,
+    booleans as true / false)."""
+    out = {}
+    for key, value in info.metadata.items():
+        if isinstance(value, (list, ArraySummary)):
+            continue
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, float):
+            out[key] = f"{value:.6f}"
+        else:
+            out[key] = str(value)
+    return out
+
+
+# ---------------------------------------------------------------- chat formats
+
+# llama-cpp-python's chat_format names served through the GGUF's own template when it
+# is of that family: the marker its template writes.
+CHAT_FORMAT_MARKERS = {
+    "chatml": "<|im_start|>",
+    "qwen": "<|im_start|>",
+    "chatml-function-calling": "<|im_start|>",
+    "llama-3": "<|start_header_id|>",
+    "llama-2": "[INST]",
+    "mistral-instruct": "[INST]",
+    "gemma": "<start_of_turn>",
+    "zephyr": "<|assistant|>",
+}
+# The template rendered for chat_format "chatml" on a GGUF that has no chat template.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chat_template_of(chat_format: Optional[str], gguf_template: Optional[str]) -> Optional[str]:
+    """The Jinja2 template a chat_format renders (None: the GGUF's own, the default).
+    A llama-cpp-python format name is served by the GGUF's template when that is of
+    the format's family, and "chatml" by a ChatML template on a GGUF without one;
+    ValueError otherwise, naming the format."""
+    if chat_format in (None, "chat_template.default"):
+        return None
+    if not isinstance(chat_format, str):
+        raise ValueError(f"chat_format must be a string, got {chat_format!r}")
+    marker = CHAT_FORMAT_MARKERS.get(chat_format)
+    if marker is not None and gguf_template and marker in gguf_template:
+        return None
+    if chat_format in ("chatml", "qwen", "chatml-function-calling") and not gguf_template:
+        return CHATML_TEMPLATE
+    known = ", ".join(sorted(CHAT_FORMAT_MARKERS))
+    raise ValueError(
+        f"river_cpp.Llama cannot serve chat_format={chat_format!r} on this file: chats render the GGUF's own "
+        f"template, and a chat_format is served where that template is of its family ({known}); "
+        "leave chat_format=None to use the file's template"
+    )
+
+
+# ---------------------------------------------------------------- members
+
+
+@dataclass
+class ContextParams:
+    """llama-cpp-python's `context_params` (llama_context_params) as river-cpp runs:
+    the fields frameworks read, with the values in effect."""
+
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_seq_max: int
+    n_threads: int
+    n_threads_batch: int
+    rope_scaling_type: int
+    pooling_type: int
+    attention_type: int
+    rope_freq_base: float
+    rope_freq_scale: float
+    yarn_ext_factor: float
+    yarn_attn_factor: float
+    yarn_beta_fast: float
+    yarn_beta_slow: float
+    yarn_orig_ctx: int
+    embeddings: bool
+    offload_kqv: bool
+    flash_attn: bool
+    no_perf: bool
+    type_k: Optional[int]
+    type_v: Optional[int]
+
+
+@dataclass
+class ModelParams:
+    """llama-cpp-python's `model_params` (llama_model_params), as river-cpp runs."""
+
+    n_gpu_layers: int
+    split_mode: int
+    main_gpu: int
+    tensor_split: Optional[Sequence[float]]
+    vocab_only: bool
+    use_mmap: bool
+    use_mlock: bool
+    kv_overrides: Optional[Mapping[str, Any]]
+
+
+def rope_settings(info: GgufInfo) -> tuple[int, float, float]:
+    """(rope_scaling_type, rope_freq_base, rope_freq_scale) of the GGUF."""
+    scaling = str(_meta(info, "rope.scaling.type", "none"))
+    factor = float(_meta(info, "rope.scaling.factor", 0.0) or 0.0)
+    scale = 1.0 / factor if scaling != "none" and factor > 0 else 1.0
+    return ROPE_SCALING_TYPES.get(scaling, -1), float(_meta(info, "rope.freq_base", 10000.0)), scale
+
+
+class LlamaTokenizer:
+    """llama-cpp-python's LlamaTokenizer API (Llama.tokenizer(), Llama.tokenizer_) on
+    a river_cpp.Llama: bytes in tokenize / detokenize, text in encode / decode."""
+
+    def __init__(self, llama: Any) -> None:
+        self._llama = llama
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        """Token ids of UTF-8 `text`."""
+        return self._llama.tokenize(text, add_bos=add_bos, special=special)
+
+    def detokenize(
+        self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None, special: bool = False
+    ) -> bytes:
+        """The bytes of `tokens` (as they continue `prev_tokens`, when given)."""
+        return self._llama.detokenize(tokens, prev_tokens=prev_tokens, special=special)
+
+    def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        """Token ids of `text`."""
+        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """The text of `tokens` (invalid UTF-8 dropped, as llama-cpp-python does)."""
+        return self.detokenize(tokens).decode("utf-8", errors="ignore")
+
+    @classmethod
+    def from_ggml_file(cls, path: str) -> LlamaTokenizer:
+        """The tokenizer of the GGUF at `path` (its vocabulary only)."""
+        return cls(_VocabOnly(path))
+
+
+class _VocabOnly:
+    """A GGUF's tokenizer behind Llama's tokenize / detokenize."""
+
+    def __init__(self, path: str) -> None:
+        from river_cpp.engine.tokenizer import Tokenizer
+
+        self._tokenizer = Tokenizer(os.fspath(path))
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
+
+    def detokenize(
+        self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None, special: bool = False
+    ) -> bytes:
+        if prev_tokens is None:
+            return self._tokenizer.detokenize_bytes(tokens, special=special)
+        before = self._tokenizer.detokenize_bytes(prev_tokens, special=special)
+        return self._tokenizer.detokenize_bytes([*prev_tokens, *tokens], special=special)[len(before) :]
