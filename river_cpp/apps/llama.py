@@ -131,6 +131,23 @@ class Llama:
         (n_batch, flash_attn, use_mlock, offload_kqv, type_k, n_parts, f16_kv, ...)
         are accepted; one warning names those ignored. Keywords that would change
         the output and cannot be served raise ValueError naming them."""
+        # what __getstate__ gives pickle: the constructor's arguments, as llama-cpp-python's
+        self._init_arguments = dict(
+            model_path=os.fspath(model_path),
+            n_gpu_layers=n_gpu_layers,
+            main_gpu=main_gpu,
+            use_mmap=use_mmap,
+            seed=seed,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            last_n_tokens_size=last_n_tokens_size,
+            chat_format=chat_format,
+            rpc_servers=rpc_servers,
+            embedding=embedding,
+            pooling_type=pooling_type,
+            verbose=verbose,
+            **options,
+        )
         self.verbose = verbose
         path = os.fspath(model_path)
         if not os.path.exists(path):
@@ -754,6 +771,33 @@ class Llama:
             **options,
             **self._sampling(seed, sampling),
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The constructor's arguments: a pickled Llama loads the file again (as
+        llama-cpp-python's does), its cache empty."""
+        return dict(self._init_arguments)
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        state = dict(state)
+        self.__init__(state.pop("model_path"), **state)
+
+    @staticmethod
+    def logits_to_logprobs(logits: Any, axis: int = -1) -> np.ndarray:
+        """log softmax of `logits` along `axis` (float32), as llama-cpp-python's."""
+        logits = np.asarray(logits, dtype=np.float32)
+        shifted = logits - np.max(logits, axis=axis, keepdims=True)
+        with np.errstate(divide="ignore"):
+            return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+        """How many leading tokens `a` and `b` share."""
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return n
 
     def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
         """create_chat_completion's answer as the openai package's ChatCompletion (or

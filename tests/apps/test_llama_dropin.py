@@ -310,3 +310,28 @@ def test_a_half_read_stream_dropped_in_one_thread_frees_the_model_for_others(llm
     other.start()
     other.join(30)
     assert done and done[0]["choices"], "another thread's call waited on a dropped stream"
+
+
+def test_pickle_reloads_and_the_static_helpers(llm):
+    import pickle
+
+    again = pickle.loads(pickle.dumps(llm))
+    try:
+        assert again.n_ctx() == llm.n_ctx() and again.model_path == llm.model_path
+        greedy = dict(max_tokens=4, temperature=0)
+        assert again("The river", **greedy)["choices"][0]["text"] == llm("The river", **greedy)["choices"][0]["text"]
+    finally:
+        again.close()
+    logprobs = river_cpp.Llama.logits_to_logprobs(np.array([[1.0, 2.0, 3.0]]))
+    assert np.allclose(np.exp(logprobs).sum(axis=-1), 1.0) and logprobs.dtype == np.float32
+    assert river_cpp.Llama.longest_token_prefix([1, 2, 3], [1, 2, 4]) == 2
+
+
+def test_a_chat_format_of_the_files_family_renders_the_files_template(tiny_llama, llm):
+    with river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, chat_format="chatml", verbose=False) as chatml:
+        greedy = dict(max_tokens=6, temperature=0)
+        ours = chatml.create_chat_completion(MESSAGES, **greedy)["choices"][0]["message"]
+        assert ours == llm.create_chat_completion(MESSAGES, **greedy)["choices"][0]["message"]
+    assert llama_compat.chat_template_of("chatml", None) == llama_compat.CHATML_TEMPLATE  # a file without one
+    with pytest.raises(ValueError, match="llama-3"):
+        llama_compat.chat_template_of("llama-3", "<|im_start|>{{ messages }}")
