@@ -485,6 +485,7 @@ void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * c
     }
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
     g.exact = params_.exact != ExactMode::off && n_tokens <= params_.exact_rows;
+    g.exact_float_weights = params_.exact == ExactMode::bitwise;
 
     // [n_embd, n_tokens]
     ggml_tensor * inpL = nullptr;

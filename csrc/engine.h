@@ -27,8 +27,8 @@ namespace river {
 // How far a batch's rows equal one-token steps, bit for bit (graph.h, exact_ops.h).
 enum class ExactMode {
     off,       // ggml's kernels by batch size: a row can differ in the last bits
-    on,        // identical, except products by matrices repacked into an extra buffer type
-    bitwise,   // identical: the backbone's matrices stay in the plain layout
+    on,        // identical, except products by F32/F16/BF16 matrices and by repacked ones
+    bitwise,   // identical: those too, and the backbone's matrices stay in the plain layout
 };
 
 struct EngineParams {

@@ -34,6 +34,9 @@ struct GraphContext {
     // Compute every row as a one-token step does (exact_mul_mat for the products it
     // supports), so that a row's result does not depend on the batch it is in.
     bool exact = false;
+    // ... by float (F32, F16, BF16) matrices too, where exact_mul_mat costs verifies the
+    // most (vec_dot converts a row again for each column, sgemm once per tile)
+    bool exact_float_weights = false;
 };
 
 // One pre-norm block (with gemma's post-norms when the model has them); writes this

@@ -119,8 +119,9 @@ class Engine:
         repacked into (none by default); RiverError for a name this ggml lacks.
         reuse_graphs: keep decode graphs for later steps (False: build every graph afresh).
         exact: in batches of at most exact_rows tokens, each row as a one-token step
-        computes it, bit for bit: "on" (except products by repacked matrices), "bitwise"
-        (the backbone is not repacked) or "off" (ggml's kernels by batch size)."""
+        computes it, bit for bit: "on" (except products by F32/F16/BF16 and by repacked
+        matrices), "bitwise" (all: the backbone is not repacked) or "off" (ggml's kernels
+        by batch size)."""
     def forward(
         self, ids: npt.ArrayLike, last_only: bool, exit: Optional[ExitConfig] = None
     ) -> npt.NDArray[np.float32]:
