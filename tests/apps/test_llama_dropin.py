@@ -197,7 +197,11 @@ MESSAGES = [{"role": "user", "content": "Weather?"}]
 
 def test_tools_on_a_template_without_a_tool_syntax(llm):
     named = llm.create_chat_completion(
-        MESSAGES, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=60
+        MESSAGES,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=60,
+        temperature=0,
     )
     choice = named["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
@@ -205,11 +209,13 @@ def test_tools_on_a_template_without_a_tool_syntax(llm):
     arguments = json.loads(call["arguments"])
     assert call["name"] == "get_weather" and arguments["unit"] in ("c", "f") and isinstance(arguments["days"], int)
     assert choice["message"]["function_call"] == call
-    required = llm.create_chat_completion(MESSAGES, tools=[WEATHER, CLOCK], tool_choice="required", max_tokens=60)
+    required = llm.create_chat_completion(
+        MESSAGES, tools=[WEATHER, CLOCK], tool_choice="required", max_tokens=60, temperature=0
+    )
     call = required["choices"][0]["message"]["tool_calls"][0]["function"]
     assert call["name"] in ("get_weather", "now") and isinstance(json.loads(call["arguments"]), dict)
     legacy = llm.create_chat_completion(
-        MESSAGES, functions=[WEATHER["function"]], function_call={"name": "get_weather"}, max_tokens=60
+        MESSAGES, functions=[WEATHER["function"]], function_call={"name": "get_weather"}, max_tokens=60, temperature=0
     )
     assert legacy["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     auto = llm.create_chat_completion(MESSAGES, tools=[WEATHER], tool_choice="auto", max_tokens=8, temperature=0)
@@ -221,6 +227,7 @@ def test_tools_on_a_template_without_a_tool_syntax(llm):
             tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
             max_tokens=60,
+            temperature=0,
             stream=True,
         )
     )
