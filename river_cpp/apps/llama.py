@@ -31,6 +31,7 @@ from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.tokenizer import Tokenizer
 from river_cpp.engine.model import RiverModel
 
 __all__ = ["LLAMA_DEFAULT_SEED", "REFUSED", "REFUSED_SAMPLING", "Llama", "LlamaState", "LlamaTokenizer"]
@@ -190,6 +191,7 @@ class Llama:
             **options,
         )
         self._river: Optional[RiverModel] = None
+        self._vocab_only: Optional[Tokenizer] = None
         self._embedder: Optional[Embedder] = None
         if embedding:
             self._embedder = Embedder(
@@ -282,6 +284,8 @@ class Llama:
             self._river.close()
         if self._embedder is not None:
             self._embedder.close()
+        if self._vocab_only is not None:
+            self._vocab_only.close()
 
     def __enter__(self) -> Llama:
         return self
@@ -295,15 +299,13 @@ class Llama:
         """Token ids of UTF-8 `text` (bytes, as llama-cpp-python takes)."""
         if not isinstance(text, bytes):
             raise TypeError(f"text must be bytes (UTF-8), as in llama-cpp-python; got {type(text).__name__}")
-        self._model._check_open()
-        return self._model.tokenizer.tokenize(text, add_bos=add_bos, special=special)
+        return self._vocabulary.tokenize(text, add_bos=add_bos, special=special)
 
     def detokenize(
         self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None, special: bool = False
     ) -> bytes:
         """The bytes of `tokens`; with `prev_tokens`, as they continue those."""
-        self._model._check_open()
-        tokenizer = self._model.tokenizer
+        tokenizer = self._vocabulary
         if prev_tokens is None:
             return tokenizer.detokenize_bytes(tokens, special=special)
         before = tokenizer.detokenize_bytes(prev_tokens, special=special)
@@ -313,20 +315,32 @@ class Llama:
         """llama-cpp-python's tokenizer object (encode / decode / tokenize / detokenize)."""
         return self.tokenizer_
 
+    @property
+    def _vocabulary(self) -> Tokenizer:
+        """The GGUF's tokenizer: the generating model's, or (embedding=True, before
+        any generation) a vocabulary-only load, so that tokenizing an embedding model
+        does not load a generating one."""
+        if self._river is not None:
+            self._river._check_open()
+            return self._river.tokenizer
+        if self._vocab_only is None:
+            self._vocab_only = Tokenizer(self.model_path)
+        return self._vocab_only
+
     def token_bos(self) -> int:
-        return self._model.tokenizer.bos_id
+        return self._vocabulary.bos_id
 
     def token_eos(self) -> int:
-        return self._model.tokenizer.eos_id
+        return self._vocabulary.eos_id
 
     def token_nl(self) -> int:
-        return self._model.tokenizer.nl_id
+        return self._vocabulary.nl_id
 
     def n_ctx(self) -> int:
         return self.context_params.n_ctx
 
     def n_vocab(self) -> int:
-        return self._model.n_vocab
+        return self._vocabulary.n_vocab
 
     def n_embd(self) -> int:
         return int(self._info.get(f"{self._info.arch}.embedding_length"))
@@ -340,7 +354,7 @@ class Llama:
         """llama.cpp's model pointer of this GGUF's vocabulary (a vocabulary-only
         llama_model_p): for llama_cpp's vocabulary functions, as outlines calls
         llama_model_get_vocab(llm.model). It has no weights to compute with."""
-        return self._model.tokenizer._model
+        return self._vocabulary._model
 
     @property
     def n_tokens(self) -> int:

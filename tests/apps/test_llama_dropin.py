@@ -342,3 +342,19 @@ def test_a_chat_format_of_the_files_family_renders_the_files_template(tiny_llama
     assert llama_compat.chat_template_of("chatml", None) == llama_compat.CHATML_TEMPLATE  # a file without one
     with pytest.raises(ValueError, match="llama-3"):
         llama_compat.chat_template_of("llama-3", "<|im_start|>{{ messages }}")
+
+
+def test_an_embedding_model_embeds_and_tokenizes_without_loading_a_generating_one(tiny_llama):
+    import llama_cpp.llama
+
+    with river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, embedding=True, verbose=False) as llm:
+        vectors = llm.embed(["A river.", "The sea."], normalize=True)
+        ids = llm.tokenize(b"A river.")
+        assert llm._river is None  # nothing generating was loaded
+        reference = llama_cpp.llama.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, embedding=True, verbose=False)
+        try:
+            np.testing.assert_allclose(vectors, reference.embed(["A river.", "The sea."], normalize=True), rtol=1e-5)
+            assert ids == reference.tokenize(b"A river.")
+        finally:
+            reference.close()
+        assert llm("The river", max_tokens=2)["choices"]  # generation loads the model on first use
