@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp._cpus import default_n_threads
 from river_cpp.apps import llama_compat as compat
 from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
@@ -210,7 +211,7 @@ class Llama:
         else:
             self._load()
         rope_type, rope_base, rope_scale = compat.rope_settings(self._info)
-        self.n_threads = self._river.n_threads if self._river is not None else (n_threads or 1)
+        self.n_threads = self._river.n_threads if self._river is not None else (n_threads or default_n_threads())
         self.context_params = compat.ContextParams(
             n_ctx=n_ctx,
             n_batch=self.n_batch,
