@@ -1,0 +1,48 @@
+"""Exact rows, A/B by mode (river_cpp.measure.exact_ab): the default's and plain
+decoding's speed, and identical answers, with exact="off" (ggml's kernels by batch
+size, as before issue 40), "on" (the default) and "bitwise", interleaved prompt by prompt.
+
+    python benchmarks/exact_ab.py -m MODEL.gguf [-t 2] [--prompts 16] [--tokens 256]
+
+On a quiet machine only (`uptime`); --json writes the summaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Optional, Sequence
+
+from river_cpp.apps.cli._common import add_threads_argument
+from river_cpp.measure.exact_ab import MODES, run
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-m", "--model", required=True, metavar="PATH", help="backbone GGUF")
+    add_threads_argument(parser)
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per set (16)")
+    parser.add_argument("--tokens", type=int, default=256, help="most tokens per answer (256)")
+    parser.add_argument("--modes", default=",".join(MODES), help="exact modes (off,on,bitwise)")
+    parser.add_argument("--json", metavar="OUT")
+    args = parser.parse_args(argv)
+    runs = run(
+        args.model,
+        modes=args.modes.split(","),
+        n_prompts=args.prompts,
+        max_tokens=args.tokens,
+        n_threads=args.threads,
+    )
+    summaries = [r.summary() for r in runs]
+    for s in summaries:
+        print(
+            f"{s['kind']:9s} exact={s['mode']:8s} identical {s['identical']:>6s}  plain {s['plain_tokens_per_s']:6.2f} "
+            f"tok/s  default {s['default_tokens_per_s']:6.2f} tok/s  ({s['default_over_plain']:.2f}x)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"arguments": vars(args), "summaries": summaries}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""What exact rows cost and give: per exact mode ("off", ggml's kernels by batch size,
+as before issue 40; "on", the default; "bitwise"), the default's and plain decoding's
+speed over the grounded and chat prompt sets, and how many default answers equal the
+plain ones token for token (benchmarks/exact_ab.py is its command line).
+
+The modes are loaded side by side and interleaved prompt by prompt, so a machine's
+drift falls on all of them alike; times are wall-clock and valid on a quiet machine only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from river_cpp import RiverModel
+from river_cpp.measure.corpus import prompt_set
+
+MODES = ("off", "on", "bitwise")
+
+
+@dataclass
+class ModeRun:
+    """One exact mode on one prompt set."""
+
+    mode: str
+    kind: str
+    identical: int = 0
+    answers: int = 0
+    plain_tokens_per_s: list[float] = field(default_factory=list)
+    default_tokens_per_s: list[float] = field(default_factory=list)
+    first_differences: list[int] = field(default_factory=list)  # token index where an answer parted
+
+    def summary(self) -> dict:
+        plain = statistics.fmean(self.plain_tokens_per_s)
+        default = statistics.fmean(self.default_tokens_per_s)
+        return {
+            "mode": self.mode,
+            "kind": self.kind,
+            "identical": f"{self.identical}/{self.answers}",
+            "plain_tokens_per_s": round(plain, 2),
+            "default_tokens_per_s": round(default, 2),
+            "default_over_plain": round(default / plain, 3),
+            "first_differences": self.first_differences,
+        }
+
+
+def _timed(model: RiverModel, prompt: str, max_tokens: int, **options) -> tuple[list[int], float]:
+    model.reset()
+    start = time.perf_counter()
+    result = model.generate(prompt, max_tokens=max_tokens, **options)
+    return result.token_ids, len(result.token_ids) / (time.perf_counter() - start)
+
+
+def run(
+    path: str,
+    *,
+    modes: Sequence[str] = MODES,
+    kinds: Sequence[str] = ("grounded", "chat"),
+    n_prompts: int = 16,
+    max_tokens: int = 256,
+    n_threads: int = 2,
+) -> list[ModeRun]:
+    """Each mode's runs on the file at `path` (no river: the default's free drafts)."""
+    models = {
+        mode: RiverModel(path, n_ctx=4096, n_threads=n_threads, river=None, progress=False, exact=mode)
+        for mode in modes
+    }
+    try:
+        runs = []
+        tokenizer = next(iter(models.values())).tokenizer
+        for kind in kinds:
+            by_mode = {mode: ModeRun(mode, kind) for mode in modes}
+            for prompt in prompt_set(tokenizer, kind, n_prompts):
+                for mode, model in models.items():
+                    plain, plain_speed = _timed(model, prompt, max_tokens, speculative=False)
+                    drafted, default_speed = _timed(model, prompt, max_tokens)
+                    entry = by_mode[mode]
+                    entry.answers += 1
+                    entry.identical += drafted == plain
+                    if drafted != plain:
+                        pairs = zip(plain + [-1], drafted + [-2])
+                        entry.first_differences.append(next(i for i, (a, b) in enumerate(pairs) if a != b))
+                    entry.plain_tokens_per_s.append(plain_speed)
+                    entry.default_tokens_per_s.append(default_speed)
+            runs += by_mode.values()
+        return runs
+    finally:
+        for model in models.values():
+            model.close()
