@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.apps.demo import demo_backbone_path
-from river_cpp.engine.model import RiverModel
 from river_cpp.measure.chat_ttft import cached_and_cold
+from river_cpp.model import RiverModel
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

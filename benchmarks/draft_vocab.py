@@ -17,11 +17,11 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
-from river_cpp.engine.model import RiverModel
 from river_cpp.engine.river import DEFAULT_RIVER_TYPE
 from river_cpp.measure.corpus import prompt_set
 from river_cpp.measure.draft_vocab import coverages, head_costs
 from river_cpp.measure.options import DEFAULT_N_PROMPTS, add_model_argument, add_tokens_argument
+from river_cpp.model import RiverModel
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -15,9 +15,9 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.apps.demo import demo_backbone_path
-from river_cpp.engine.model import RiverModel
 from river_cpp.measure.graph_reuse import run, summarize, table_lines
 from river_cpp.measure.options import add_model_argument, add_tokens_argument
+from river_cpp.model import RiverModel
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

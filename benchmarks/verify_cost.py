@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.engine.model import RiverModel
 from river_cpp.measure.corpus import prompt_set
 from river_cpp.measure.costs import verify_curves
 from river_cpp.measure.llama_peer import LlamaCppPeer
 from river_cpp.measure.options import add_model_argument
+from river_cpp.model import RiverModel
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -343,6 +343,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("n_threads") = 1,
           "inputs @ quantized(weights).T from the plain CPU buffer and from the extra buffer type; None where it "
           "does not multiply that type.");
+    m.def("graph_architectures", &river::graph_architectures,
+          "The general.architecture values river-cpp's own graph builds (others run on llama.cpp's).");
     m.def("backends", &river::backend_names, "The registered ggml backends, in registration order.");
     m.def("cpu_features", &river::cpu_features,
           "The CPU backend's features as (name, value) pairs, e.g. (\"AVX2\", \"1\").");

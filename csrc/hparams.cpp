@@ -144,6 +144,14 @@ std::string layer_tensor_name(int64_t il, const char * suffix) {
     return "blk." + std::to_string(il) + "." + suffix;
 }
 
+std::vector<std::string> graph_architectures() {
+    std::vector<std::string> names;
+    for (const auto & a : k_archs) {
+        names.emplace_back(a.name);
+    }
+    return names;
+}
+
 HParams read_hparams(const GgufFile & file) {
     HParams hp;
     hp.arch = file.get_str("general.architecture");

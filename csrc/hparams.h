@@ -55,6 +55,9 @@ struct HParams {
 // is not one we build graphs for.
 HParams read_hparams(const GgufFile & file);
 
+// The general.architecture values our graph builds.
+std::vector<std::string> graph_architectures();
+
 // "blk.<il>.<suffix>" — the GGUF tensor naming scheme.
 std::string layer_tensor_name(int64_t il, const char * suffix);
 

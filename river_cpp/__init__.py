@@ -1,11 +1,13 @@
 """river-cpp: GGUF language models with River-LLM seamless early exit, on ggml.
 
-The package reads top-down in four layers, each a subpackage:
+The package reads bottom-up in floors; a floor never imports one above it:
 
-- engine: a GGUF backbone and its river on ggml (RiverModel, the C++ `_core`, the
-  tokenizer, building rivers, placing weights on devices, reading GGUF headers);
-- decoding: how a call turns logits into tokens (the generation loop, sampling, exit
-  policies, presets, drafts and their verification, the one decoding decision);
+- engine: a GGUF backbone that turns ids into logits: river-cpp's graph with its river
+  (the C++ `_core`), or llama.cpp's own context for the other architectures; the
+  tokenizer, exit policies, building rivers, placing weights, reading GGUF headers;
+- decoding: how a call turns logits into tokens (the generation loop, sampling,
+  presets, drafts and their verification, the one decoding decision);
+- model: RiverModel, the facade a user holds: a backbone, its decoding defaults, generation;
 - apps: what users run (OpenAI-shaped completions, the chat, the CLI, the server,
   the Hub, the demo model, `info`);
 - measure: speed and quality against the backbone and llama.cpp.
@@ -27,13 +29,13 @@ wait_policy()
 # public name -> the module that defines it
 _EXPORTS = {
     "ContextOverflowError": "river_cpp.engine.context",
-    "ExitPolicy": "river_cpp.decoding.policy",
+    "ExitPolicy": "river_cpp.engine.policy",
     "ExitStats": "river_cpp.decoding.exit_stats",
     "GenerationChunk": "river_cpp.decoding.generation",
     "GenerationResult": "river_cpp.decoding.generation",
     "Llama": "river_cpp.apps.llama",
     "RiverError": "river_cpp.engine._core",
-    "RiverModel": "river_cpp.engine.model",
+    "RiverModel": "river_cpp.model",
     "SamplingParams": "river_cpp.decoding.sampling",
     "Speculative": "river_cpp.decoding.speculative",
     "SpeculativeStats": "river_cpp.decoding.speculative",
@@ -78,9 +80,9 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from river_cpp.apps.patch import patch_llama_cpp
     from river_cpp.decoding.exit_stats import ExitStats
     from river_cpp.decoding.generation import GenerationChunk, GenerationResult
-    from river_cpp.decoding.policy import ExitPolicy
     from river_cpp.decoding.sampling import SamplingParams
     from river_cpp.decoding.speculative import Speculative, SpeculativeStats
     from river_cpp.engine._core import RiverError
     from river_cpp.engine.context import ContextOverflowError
-    from river_cpp.engine.model import RiverModel
+    from river_cpp.engine.policy import ExitPolicy
+    from river_cpp.model import RiverModel

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from gguf_files import add_fields, write_and_close
 
-import river_cpp.engine.model
+import river_cpp.engine.graph_backbone
+import river_cpp.engine.llama_backbone
 import river_cpp.engine.placement
 import river_cpp.engine.river_choice
-import river_cpp.measure.llama_peer
 from river_cpp.apps.demo import demo_backbone_path, demo_model_path
 from river_cpp.engine import _core
 from river_cpp.engine.backbones import f16_backbone_path
@@ -52,7 +52,7 @@ def host_offload_devices(rpc_servers=()) -> list[river_cpp.engine.placement.Devi
 # Models offload to Vulkan only in tests that ask for it (the vulkan_device fixture puts
 # the real offload_devices back for its test). For the whole session, not per test:
 # module-scoped fixtures load their models before a per-test patch would apply.
-river_cpp.engine.model.offload_devices = host_offload_devices
+river_cpp.engine.graph_backbone.offload_devices = host_offload_devices
 
 
 # The default river's choice times the backbone the first time (river_choice.time_costs);
@@ -75,7 +75,9 @@ river_cpp.engine.river_choice.CACHE_FOLDER = "river-choice-tests"
 # llama.cpp peers (bench, eval, the comparison's rows) take every device ggml registered,
 # the tests' Vulkan device too, even at n_gpu_layers=0; in the tests they are CPU
 # references. llama.cpp on Vulkan0 runs in a subprocess (llama_run.py).
-river_cpp.measure.llama_peer.load_llama = functools.partial(river_cpp.measure.llama_peer.load_llama, cpu_only=True)
+river_cpp.engine.llama_backbone.load_llama = functools.partial(
+    river_cpp.engine.llama_backbone.load_llama, cpu_only=True
+)
 
 
 # make_tiny_gguf's dtype: the tensor type of its matrices (norms are always F32)

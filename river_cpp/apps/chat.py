@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator, Optional, TextIO
 from river_cpp.decoding.decision import Decoding
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationResult
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import SamplingParams
+from river_cpp.engine.policy import ExitPolicy
 
 HELP = """commands:
   /reset          forget the conversation (the system prompt stays)

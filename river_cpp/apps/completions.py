@@ -30,9 +30,9 @@ from river_cpp.decoding.decision import Decoding, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream
 from river_cpp.decoding.grammar import Grammar
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.engine.context import ContextOverflowError, check_fits
+from river_cpp.engine.policy import ExitPolicy
 
 # What a chat message may say (llama.cpp's templates know these roles).
 CHAT_ROLES = ("system", "user", "assistant")

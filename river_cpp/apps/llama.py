@@ -32,8 +32,8 @@ from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.engine.gguf_info import read_gguf_info
-from river_cpp.engine.model import RiverModel
 from river_cpp.engine.tokenizer import Tokenizer
+from river_cpp.model import RiverModel
 
 __all__ = ["LLAMA_DEFAULT_SEED", "REFUSED", "REFUSED_SAMPLING", "Llama", "LlamaState", "LlamaTokenizer"]
 

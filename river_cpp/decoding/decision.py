@@ -27,10 +27,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.presets import DEFAULT, Preset
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import DEFAULT_DRAFT, Speculative
+from river_cpp.engine.policy import ExitPolicy, check_policy
 
 SpeculativeOption = Union[bool, Speculative, None]
 
@@ -92,15 +92,6 @@ def sampling_defaults(kind: str) -> SamplingParams:
         return SAMPLING_DEFAULTS[kind]
     except KeyError:
         raise ValueError(f"unknown entry kind {kind!r} (known: {', '.join(SAMPLING_DEFAULTS)})") from None
-
-
-def check_policy(policy: object, *, n_layer: int, has_river: bool) -> None:
-    """TypeError / ValueError unless `policy` is an ExitPolicy that applies to a model
-    of n_layer layers with (or without) a river."""
-    if not isinstance(policy, ExitPolicy):
-        raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
-    if policy.exits(n_layer) and not has_river:  # exits() checks the depths too
-        raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")
 
 
 def check_alone(

@@ -21,11 +21,11 @@ import numpy as np
 from river_cpp.decoding.acceptance import sample
 from river_cpp.decoding.grammar import GrammarState
 from river_cpp.decoding.ngram import NgramIndex
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import NoLegalToken, Sampler
+from river_cpp.decoding.steps import prefill
 from river_cpp.decoding.suffix_index import match_bucket
-from river_cpp.engine.language_model import LanguageModel
-from river_cpp.engine.steps import prefill
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.policy import ExitPolicy
 
 
 def ngram_source(n: int) -> str:
@@ -124,7 +124,7 @@ def _advance(state: GrammarState, proposal: Proposal, start: int) -> bool:
 class _ForwardDraft:
     """A draft that runs a model's forward per token and samples from its logits."""
 
-    model: LanguageModel
+    model: Backbone
     name: str
 
     def available(self, history: Sequence[int], max_tokens: int) -> int:
@@ -187,7 +187,7 @@ class RiverDraft(_ForwardDraft):
 
     def __init__(
         self,
-        model: LanguageModel,
+        model: Backbone,
         policy: ExitPolicy,
         vocab: Optional[int],
         copies: Optional[NgramDraft] = None,
@@ -225,7 +225,7 @@ class ModelDraft(_ForwardDraft):
 
     name = "model"
 
-    def __init__(self, model: LanguageModel, draft: LanguageModel) -> None:
+    def __init__(self, model: Backbone, draft: Backbone) -> None:
         if draft is model:
             raise ValueError('a model cannot draft for itself: use draft="river"')
         if draft.n_vocab != model.n_vocab:

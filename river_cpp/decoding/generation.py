@@ -21,12 +21,12 @@ import numpy as np
 from river_cpp.decoding.decision import Decoding, SpeculativeOption, check_alone, decide
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.grammar import Grammar
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import NoLegalToken, Sampler, SamplingParams
 from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
+from river_cpp.decoding.steps import Step, decode_one_token, prefill
+from river_cpp.engine.backbone import Backbone
 from river_cpp.engine.context import check_fits
-from river_cpp.engine.language_model import LanguageModel
-from river_cpp.engine.steps import Step, decode_one_token, prefill
+from river_cpp.engine.policy import ExitPolicy
 
 # finish_reason of a generation whose grammar allowed no token at some point (the
 # text so far is what it allowed; not one of OpenAI's reasons).
@@ -182,7 +182,7 @@ class GenerationStream:
 
 
 def generate_step(
-    model: LanguageModel,
+    model: Backbone,
     prompt_ids: Sequence[int],
     sampler: Callable[[np.ndarray, Sequence[int]], int],
     *,
@@ -303,7 +303,7 @@ class _Timed:
 
 
 def _generate_chunks(
-    model: LanguageModel,
+    model: Backbone,
     prompt_ids: list[int],
     sampler: Sampler,
     max_new_tokens: int,
@@ -366,7 +366,7 @@ def _generate_chunks(
 
 
 def stream_generate(
-    model: LanguageModel,
+    model: Backbone,
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: int = 128,
@@ -434,7 +434,7 @@ def stream_generate(
 
 
 def generate(
-    model: LanguageModel, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options: Any
+    model: Backbone, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options: Any
 ) -> Union[GenerationResult, GenerationStream]:
     """Generate a continuation of `prompt` (text, or token ids used as they are).
 
@@ -466,7 +466,7 @@ def generate(
     return chunk_stream.result
 
 
-def _prompt_ids(model: LanguageModel, prompt: Union[str, Sequence[int]]) -> list[int]:
+def _prompt_ids(model: Backbone, prompt: Union[str, Sequence[int]]) -> list[int]:
     """The prompt's token ids, checked to fit the context with room for one token."""
     if isinstance(prompt, str):
         # As llama-cpp-python's create_completion: special tokens in the text are

@@ -13,11 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from river_cpp.decoding.policy import ExitPolicy
-
-# The river "auto": the one that pays on the file at hand, or none
-# (river_cpp.engine.river_choice decides).
-AUTO_RIVER = "auto"
+from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.river import DEFAULT_HEAD_TYPE
+from river_cpp.engine.river_choice import AUTO_RIVER
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,13 @@ PAPER = Preset("paper", river="q4_0", river_head=False, prefill="exit", tau=0.98
 # where one pays on the file (docs/results.md, "Which river the default builds"), a low-bit river with a
 # 4-bit head drafting on the shared cache; the backbone verifies.
 LOSSLESS = Preset(
-    "lossless", river=AUTO_RIVER, river_head="q4_0", prefill="backbone", tau=None, min_layer=2, speculative=True
+    "lossless",
+    river=AUTO_RIVER,
+    river_head=DEFAULT_HEAD_TYPE,
+    prefill="backbone",
+    tau=None,
+    min_layer=2,
+    speculative=True,
 )
 DEFAULT = LOSSLESS
 

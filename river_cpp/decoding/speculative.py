@@ -44,11 +44,11 @@ from river_cpp.decoding.drafts import (
 )
 from river_cpp.decoding.grammar import Grammar, GrammarState
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import NoLegalToken, Sampler
+from river_cpp.decoding.steps import Step, prefill
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
-from river_cpp.engine.language_model import LanguageModel
-from river_cpp.engine.steps import Step, prefill
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.policy import ExitPolicy
 
 DEFAULT_MAX_DRAFT = 8
 # A lookup's draft (an n-gram match, the memory, a corpus) costs nothing to propose,
@@ -85,7 +85,7 @@ class Speculative:
         the river, whichever the running statistics favour, or neither), "river"
         (every layer on the river, sharing the backbone's cache), "ngram" (only
         matches from the context: needs no river), an ExitPolicy (River's own exits
-        drafting, on the same cache), or another LanguageModel with the same
+        drafting, on the same cache), or another Backbone with the same
         vocabulary and its own cache (a smaller GGUF: classic speculative decoding).
     max_draft: most tokens a river or model draft proposes per round.
     max_lookup: most tokens a lookup (an n-gram match, the memory, a corpus)
@@ -111,7 +111,7 @@ class Speculative:
         content, memory-mapped.
     """
 
-    draft: Union[str, ExitPolicy, LanguageModel] = DEFAULT_DRAFT
+    draft: Union[str, ExitPolicy, Backbone] = DEFAULT_DRAFT
     max_draft: int = DEFAULT_MAX_DRAFT
     max_lookup: int = DEFAULT_MAX_LOOKUP
     p_min: float = DEFAULT_P_MIN
@@ -243,9 +243,7 @@ class SpeculativeStats:
 # ---------------------------------------------------------------- sources
 
 
-def _sources(
-    model: LanguageModel, spec: Speculative, lengths: DraftLength, stats: SpeculativeStats
-) -> dict[str, Draft]:
+def _sources(model: Backbone, spec: Speculative, lengths: DraftLength, stats: SpeculativeStats) -> dict[str, Draft]:
     """The draft sources `spec` names, by name ("river", "ngram", "memory", "corpus",
     "model"); in the portfolio the river copies n-gram matches midway where `lengths`
     says it pays. The sizes of the memory and corpus indexes go to `stats`."""
@@ -305,7 +303,7 @@ def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
     )
 
 
-def draft_length_for(model: LanguageModel, spec: Speculative, greedy: bool) -> DraftLength:
+def draft_length_for(model: Backbone, spec: Speculative, greedy: bool) -> DraftLength:
     """The DraftLength that `model` keeps for drafting as `spec` says (a new one for a
     fixed length): per draft, draft length, thread count, and greedy or sampled."""
     if not spec.adaptive:
@@ -382,7 +380,7 @@ def _target(
         return np.array([_DEAD_END]), np.ones(1)
 
 
-def _forced_tokens(model: LanguageModel, state: GrammarState, limit: int) -> list[int]:
+def _forced_tokens(model: Backbone, state: GrammarState, limit: int) -> list[int]:
     """The tokens the grammar allows alone from `state` on (at most `limit`, never an
     end of generation), accepted into `state`."""
     forced: list[int] = []
@@ -410,7 +408,7 @@ def _grammar_states(state: GrammarState, drafts: list[int]) -> list[GrammarState
 
 
 def speculative_step(
-    model: LanguageModel,
+    model: Backbone,
     prompt_ids: Sequence[int],
     sampler: Sampler,
     spec: Speculative,

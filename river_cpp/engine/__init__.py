@@ -1,18 +1,20 @@
-"""The engine: a GGUF backbone and its river on ggml.
+"""The engine, the ground floor: a GGUF backbone that turns token ids into logits.
 
-- model: RiverModel, the object a user holds (weights, cache, tokenizer, forwards);
-- _core (C++, csrc/): weights, the shared KV cache, graphs, the forward loop;
-- steps: a prompt into the cache, one decode step; language_model: the protocol the
-  decoding loop runs on; context: the check that tokens fit;
+- backbone: the interface the decoding loops run on (forward, rewind, the cached
+  prefix, sizes, tokenizer, close) and the checks its implementations share;
+- graph_backbone: river-cpp's own graph (_core, C++ in csrc/) with the river sharing its
+  KV cache, exit policies (policy), placement on devices and RPC servers;
+- llama_backbone: llama.cpp's own context, for every architecture llama.cpp runs (no river);
+- backbone_choice: which of the two runs a file; river_choice: which river pays on it;
+- steps: a prompt into the cache, one decode step; context: the check that tokens fit;
 - tokenizer: llama.cpp's tokenizer and chat templates (vocabulary only);
-- river, backbones, convert, cache: the river's GGUF (built and cached), F16
-  backbones of quantized releases, the cache folder;
+- river, backbones, convert, cache, weight_bytes: the river's GGUF (built and cached),
+  F16 backbones of quantized releases, the cache folder, the bytes a step reads;
 - placement, rpc, extra_bufts: where weights live (devices, RPC servers, the CPU's
-  repacked layouts);
-- gguf_info: a GGUF header as the engine reads it.
+  repacked layouts); gguf_info: a GGUF header as the engine reads it.
 
 Importing this package first checks the pinned llama-cpp-python and loads its ggml,
-which `_core` links to; the engine never imports decoding's policy of a call.
+which `_core` links to. Nothing here imports decoding, apps or measure.
 """
 
 from river_cpp.engine._ggml import check_llama_cpp_python

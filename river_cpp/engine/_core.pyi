@@ -44,6 +44,9 @@ def devices(rpc_endpoints: Sequence[str] = ()) -> list[dict[str, Any]]:
     those of rpc_endpoints. Each: {"name", "description", "type" ("cpu" | "gpu" |
     "igpu" | "accel"), "memory_free", "memory_total", "host_ptr_buffers"}."""
 
+def graph_architectures() -> list[str]:
+    """The general.architecture values river-cpp's own graph builds."""
+
 def backends() -> list[str]:
     """The registered ggml backends ("CPU", "Vulkan", "RPC", ...), in registration order."""
 

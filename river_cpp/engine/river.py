@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from river_cpp.decoding.presets import DEFAULT
 from river_cpp.engine import _core
 from river_cpp.engine.cache import cache_dir, file_identity
 from river_cpp.engine.gguf_info import read_gguf_info
 
 # A river built without further instructions (`build-river`, RiverSpec()): IQ4_NL drafted
 # as fast as Q4_0 and was accepted as often or more: 1.20x vs 1.14x (0.5B, HumanEval),
-# 1.16x vs 1.11x (1.5B, chat), ties elsewhere. Its head: the `default` preset's.
+# 1.16x vs 1.11x (1.5B, chat), ties elsewhere.
 DEFAULT_RIVER_TYPE = "iq4_nl"
-DEFAULT_HEAD_TYPE = DEFAULT.river_head if isinstance(DEFAULT.river_head, str) else DEFAULT_RIVER_TYPE
+# Its head, a draft's (the lossless preset's): a river draft's
+# head is a large share of its cost, and a draft only needs the top tokens right.
+DEFAULT_HEAD_TYPE = "q4_0"
 
 
 @dataclass(frozen=True)

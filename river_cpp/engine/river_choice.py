@@ -35,12 +35,14 @@ from dataclasses import field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
-from river_cpp.decoding.presets import AUTO_RIVER
+from river_cpp.engine.backbone_choice import GRAPH, BackboneChoice, choose_backbone
 from river_cpp.engine.cache import cache_dir, file_identity
 from river_cpp.engine.gguf_info import read_gguf_info
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE as HEAD_TYPE  # the lossless preset's head
 from river_cpp.engine.river import DEFAULT_RIVER_TYPE, RiverSpec, river_cache_path
 
+# The river "auto": the one that pays on the file at hand, or none.
+AUTO_RIVER = "auto"
 # The river types the choice weighs, from the best accepted to the cheapest. Each one's
 # effective per-token acceptance when drafting with the lossless preset (the round
 # ends after an unsure token, Speculative.p_min 0.5), from docs/results.md on the 1.5B
@@ -260,7 +262,7 @@ def choose_river(
 def file_bytes(path: Path) -> tuple[str, int, dict[str, int]]:
     """(the backbone's main matrix type, its matrix bytes a step reads, each weighed
     river type's matrix bytes with a HEAD_TYPE head) from the file's tensor table."""
-    from river_cpp.measure.weight_bytes import WeightBytes  # reads the table; no model
+    from river_cpp.engine.weight_bytes import WeightBytes  # reads the table; no model
 
     info = read_gguf_info(path)
     weights = WeightBytes.of_files(path)
@@ -298,12 +300,12 @@ def time_costs(path: Path, river_types: Sequence[str], *, n_threads: int) -> Tim
     """Time the backbone's verify curve (no river types) or one drafted token of each
     of `river_types` (building each river, as the default would), relative to a
     backbone step of the same model, in interleaved passes."""
-    from river_cpp.decoding.policy import ExitPolicy
-    from river_cpp.engine.model import RiverModel
+    from river_cpp.engine.graph_backbone import GraphBackbone
+    from river_cpp.engine.policy import ExitPolicy
 
-    options = dict(n_ctx=64, n_threads=n_threads, speculative=False, progress=False)
+    options = dict(n_ctx=64, n_threads=n_threads, progress=False)
     if not river_types:
-        with RiverModel(path, river=None, **options) as model:
+        with GraphBackbone(str(path), river=None, **options) as model:
             context = _context(model)
             seconds = _interleaved(model, context, {n: dict(n=n, route="backbone") for n in VERIFY_SIZES})
         curve, most = {}, 1.0
@@ -313,7 +315,7 @@ def time_costs(path: Path, river_types: Sequence[str], *, n_threads: int) -> Tim
     costs = {}
     on_river = ExitPolicy.at_layer(0)  # a river draft's forward
     for river in river_types:
-        with RiverModel(path, river=river, river_head=HEAD_TYPE, **options) as model:
+        with GraphBackbone(str(path), river=river, river_head=HEAD_TYPE, **options) as model:
             context = _context(model)
             runs = {"backbone": dict(n=1, route="backbone"), "river": dict(n=1, route="decode", policy=on_river)}
             seconds = _interleaved(model, context, runs)
@@ -398,3 +400,21 @@ def resolve_river(
         choice = choose_river(model_path, n_threads=n_threads)
         return choice.river, choice
     return river, None
+
+
+def resolve_backbone_river(
+    model_path: Union[str, os.PathLike],
+    river: Union[str, os.PathLike, None],
+    *,
+    engine: str = "auto",
+    n_threads: int,
+    exits: bool = False,
+) -> tuple[BackboneChoice, Union[str, os.PathLike, None], Optional[RiverChoice]]:
+    """(the backbone, the river to load, the choice that named it) of a model: on the
+    graph, resolve_river's; on llama.cpp's backbone, AUTO_RIVER means none (it has no
+    river), and any other value is returned for the model to refuse."""
+    backbone = choose_backbone(model_path, engine)
+    if backbone.kind != GRAPH:
+        return backbone, None if isinstance(river, str) and river.lower() == AUTO_RIVER else river, None
+    river, choice = resolve_river(model_path, river, n_threads=n_threads, exits=exits)
+    return backbone, river, choice

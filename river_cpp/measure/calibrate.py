@@ -23,12 +23,12 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.policy import NEVER, ExitPolicy
 from river_cpp.decoding.presets import PAPER
-from river_cpp.engine.model import RiverModel
+from river_cpp.engine.policy import NEVER, ExitPolicy
 from river_cpp.measure.comparison import Progress, Workload, forced_positions, reference_run
 from river_cpp.measure.corpus import Document, TextTokenizer, split_corpus, token_chunks
 from river_cpp.measure.evaluate import QualityReport, teacher_forced
+from river_cpp.model import RiverModel
 
 UNIFORM, PER_LAYER = "uniform", "per-layer"
 # A signal cannot exceed 1 (cosine, 1 - relative update), so a threshold above it never exits.

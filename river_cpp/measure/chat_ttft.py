@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from river_cpp.engine.model import RiverModel
+from river_cpp.model import RiverModel
 
 SYSTEM = (
     "You are a patient geography tutor. You answer in plain language, give one concrete example "

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.presets import FAST, PAPER
-from river_cpp.engine.language_model import LanguageModel
-from river_cpp.engine.model import RiverModel
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.weight_bytes import WeightBytes
 from river_cpp.measure.configs import (
     RiverConfig,
     decode_on_river,
@@ -45,7 +45,7 @@ from river_cpp.measure.evaluate import (
     teacher_forced,
     tokens_until_divergence,
 )
-from river_cpp.measure.weight_bytes import WeightBytes
+from river_cpp.model import RiverModel
 
 if TYPE_CHECKING:
     from river_cpp.decoding.speculative import Speculative
@@ -299,7 +299,7 @@ def _no_progress(items: Sequence, desc: str) -> Sequence:
 
 
 def forced_positions(
-    model: LanguageModel,
+    model: Backbone,
     work: Workload,
     reference: Sequence[np.ndarray],
     *,
@@ -321,9 +321,7 @@ def forced_positions(
     return Positions.concatenate(parts), np.concatenate(exits)
 
 
-def _forced_chunk(
-    model: LanguageModel, work: Workload, c: int, policy: PolicyOption, *, batched: bool = False
-) -> ForcedRun:
+def _forced_chunk(model: Backbone, work: Workload, c: int, policy: PolicyOption, *, batched: bool = False) -> ForcedRun:
     """Chunk c teacher-forced under `policy`; row 0 (the prefill's own prediction) dropped."""
     chunk = work.chunks[c]
     run = teacher_forced(model, chunk[: work.prefix], chunk[work.prefix :], policy=policy, batched=batched)
@@ -343,7 +341,7 @@ def reference_run(
 
 
 def mean_divergence(
-    model: LanguageModel,
+    model: Backbone,
     work: Workload,
     reference_greedy: Sequence[Sequence[int]],
     policy: PolicyOption = None,
@@ -504,7 +502,7 @@ def run_comparison(
     row as soon as it is measured. speculative: River rows' greedy runs are lossless
     River's (their tokens until divergence then measure the verification, not the exits).
     """
-    from river_cpp.engine.model import default_n_threads
+    from river_cpp._cpus import default_n_threads
     from river_cpp.measure.ladder import rung_path
 
     work.check()

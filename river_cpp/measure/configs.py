@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.presets import PAPER
-from river_cpp.engine.model import RiverModel
+from river_cpp.engine.policy import ExitPolicy
+from river_cpp.model import RiverModel
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.policy import ExitPolicy
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -29,7 +29,7 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return float(np.median(times))
 
 
-def verify_costs(model: LanguageModel, context: list[int], max_n: int, repeats: int) -> dict[int, float]:
+def verify_costs(model: Backbone, context: list[int], max_n: int, repeats: int) -> dict[int, float]:
     """Seconds of one backbone forward of n positions after `context`, n = 1..max_n."""
     model.reset()
     model.forward(context, route="backbone")
@@ -43,7 +43,7 @@ def verify_costs(model: LanguageModel, context: list[int], max_n: int, repeats: 
     return {n: median_seconds(functools.partial(verify, n), repeats) for n in range(1, max_n + 1)}
 
 
-def draft_cost(model: LanguageModel, context: list[int], vocab: Optional[int], repeats: int) -> float:
+def draft_cost(model: Backbone, context: list[int], vocab: Optional[int], repeats: int) -> float:
     """Seconds of one drafted token: a single-token forward on the whole river, its
     head scoring the first `vocab` token ids (None: all)."""
     model.reset()
@@ -58,7 +58,7 @@ def draft_cost(model: LanguageModel, context: list[int], vocab: Optional[int], r
 
 
 def verify_curves(
-    engines: Mapping[str, LanguageModel], context: Sequence[int], max_n: int, repetitions: int
+    engines: Mapping[str, Backbone], context: Sequence[int], max_n: int, repetitions: int
 ) -> dict[str, dict[int, float]]:
     """Each engine's median seconds of a forward of n positions after `context` (logits
     at every one), n = 1..max_n, the engines interleaved per repetition so that a

@@ -17,8 +17,8 @@ import numpy as np
 
 from river_cpp.decoding.acceptance import common_prefix
 from river_cpp.decoding.generation import generate_step
-from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.policy import ExitPolicy
 
 # An exit policy for a whole run, or policy(i) for the forward whose logits give row
 # (or token) i, 0 being the prompt's (generate_step's `policy`); None: the model's.
@@ -26,7 +26,7 @@ PolicyOption = Union[ExitPolicy, Callable[[int], ExitPolicy], None]
 
 if TYPE_CHECKING:
     from river_cpp.decoding.speculative import Speculative
-    from river_cpp.engine.model import RiverModel
+    from river_cpp.model import RiverModel
 
 
 # ---------------------------------------------------------------- samplers
@@ -86,7 +86,7 @@ class ForcedRun:
 
 
 def teacher_forced(
-    model: LanguageModel,
+    model: Backbone,
     prompt: Sequence[int],
     continuation: Sequence[int],
     *,
@@ -247,7 +247,7 @@ def standard_error(values: np.ndarray) -> float:
 
 
 def greedy_tokens(
-    model: LanguageModel,
+    model: Backbone,
     prompt: Sequence[int],
     n_tokens: int,
     *,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.engine.model import RiverModel
+from river_cpp.engine.policy import ExitPolicy
+from river_cpp.model import RiverModel
 
 PROMPT = "The river carried the boat past the old mill, and the miller's daughter"
 WARM_UP = 4

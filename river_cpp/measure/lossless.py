@@ -35,11 +35,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from river_cpp.decoding.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, Speculative, draft_length_for
-from river_cpp.engine.language_model import LanguageModel
-from river_cpp.engine.model import RiverModel
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.weight_bytes import WeightBytes
 from river_cpp.measure.costs import ceiling, draft_cost, verify_costs
 from river_cpp.measure.ladder import rung_path
-from river_cpp.measure.weight_bytes import WeightBytes
+from river_cpp.model import RiverModel
 
 # ---------------------------------------------------------------- configurations
 
@@ -49,7 +49,7 @@ class Config:
     """One way to decode: a model and the generate options it decodes with."""
 
     name: str
-    model: LanguageModel
+    model: Backbone
     speculative: Optional[Speculative] = None
     seconds: list = field(default_factory=list)
     tokens: list = field(default_factory=list)
@@ -129,7 +129,7 @@ class LookupConfig(Config):
         return []
 
 
-def open_peer(path: Path, n_ctx: int, n_threads: int) -> LanguageModel:
+def open_peer(path: Path, n_ctx: int, n_threads: int) -> Backbone:
     from river_cpp.measure.llama_peer import LlamaCppPeer
 
     return LlamaCppPeer(path, n_ctx=n_ctx, n_threads=n_threads)

@@ -23,10 +23,10 @@ from river_cpp.apps.cli import parser
 from river_cpp.apps.cli.generate import cli_decoding, open_model
 from river_cpp.apps.server.protocol import APIError, parse_request
 from river_cpp.decoding.decision import SAMPLING_DEFAULTS
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.presets import PRESETS
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import DRAFTS, Speculative
+from river_cpp.engine.policy import ExitPolicy
 
 TAU, EXIT_LAYER = 0.95, 1
 SAVED = ExitPolicy.uniform(0.97, min_layer=1)

@@ -14,10 +14,10 @@ from river_cpp.decoding.decision import (
     preset_decoding,
     sampling_defaults,
 )
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.presets import FAST, LOSSLESS, PAPER
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
+from river_cpp.engine.policy import ExitPolicy
 
 N_LAYER = 4
 NEVER = ExitPolicy.never()

@@ -10,8 +10,8 @@ from typing import Sequence
 import numpy as np
 
 from river_cpp.decoding.drafts import ModelDraft, NgramDraft, RiverDraft
-from river_cpp.decoding.policy import ExitPolicy
 from river_cpp.decoding.sampling import Sampler, SamplingParams
+from river_cpp.engine.policy import ExitPolicy
 
 N_VOCAB = 16
 

@@ -83,7 +83,7 @@ def test_reused_graphs_equal_fresh_ones_across_growing_n_kv(tiny_llama4, river, 
     """Decode steps reuse one graph per shape; the padded n_kv grows past 256 on the
     way (a new shape). Reuse must not change a single bit of the logits, on every
     route: the backbone, the river and tau exits that switch between segments."""
-    from river_cpp.decoding.policy import ExitPolicy
+    from river_cpp.engine.policy import ExitPolicy
 
     options = dict(river=river, n_ctx=640, n_threads=1)
     if river:
@@ -197,6 +197,9 @@ def test_damaged_header(tiny_llama, tmp_path):
 
 def test_unsupported_architecture(unsupported_arch_gguf):
     with pytest.raises(RiverError, match="unsupported architecture 'mamba'"):
+        RiverModel(unsupported_arch_gguf, river=None, engine="graph")
+    # the default hands it to llama.cpp, whose loader refuses a mamba made of llama tensors
+    with pytest.raises(RiverError, match="llama.cpp could not load .* \\(architecture 'mamba'\\)"):
         RiverModel(unsupported_arch_gguf, river=None)
 
 

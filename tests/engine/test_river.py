@@ -13,7 +13,7 @@ from reference_llama import ReferenceLlama
 from routes import PAPER_RIVER
 
 from river_cpp import RiverError, RiverModel
-from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.engine.policy import ExitPolicy
 
 PROMPT = "The old lighthouse keeper"
 

@@ -7,6 +7,7 @@ import pytest
 from test_corpus import CharTokenizer
 
 from river_cpp import ExitPolicy, RiverModel
+from river_cpp.engine.weight_bytes import WeightBytes
 from river_cpp.measure.comparison import (
     FULL_RIVER,
     LLAMA,
@@ -26,7 +27,6 @@ from river_cpp.measure.comparison import (
 )
 from river_cpp.measure.configs import RiverConfig, full_river, peer_name, river_at_tau
 from river_cpp.measure.corpus import Document
-from river_cpp.measure.weight_bytes import WeightBytes
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 

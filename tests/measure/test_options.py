@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
+from river_cpp._cpus import default_n_threads
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.engine.model import default_n_threads
 from river_cpp.measure.options import (
     DEFAULT_N_PROMPTS,
     DEFAULT_TOKENS,

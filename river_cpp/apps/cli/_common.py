@@ -249,8 +249,8 @@ def decoding(args: argparse.Namespace, *, n_layer: int, has_river: bool, kind: s
     --draft names the draft of a decode that drafts (an error for one that does not).
     """
     from river_cpp.decoding.decision import decide, preset_decoding
-    from river_cpp.decoding.policy import ExitPolicy, exit_policy
     from river_cpp.decoding.presets import preset
+    from river_cpp.engine.policy import ExitPolicy, exit_policy
 
     chosen = preset(args.preset)
     template = draft_settings(args)
@@ -281,8 +281,8 @@ def measured_draft(args: argparse.Namespace, *, n_layer: int):
     River rows then decode losslessly on a model with its river; None without it.
     Resolved as every decode is (river_cpp.decoding.decision.decide)."""
     from river_cpp.decoding.decision import Decoding, decide
-    from river_cpp.decoding.policy import ExitPolicy
     from river_cpp.decoding.sampling import SamplingParams
+    from river_cpp.engine.policy import ExitPolicy
 
     plain = Decoding(ExitPolicy.never(), None, SamplingParams())
     return decide(

@@ -80,6 +80,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     add_hf_argument(p)
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
     p.add_argument("--verbose", "-v", action="store_true", help="print where each layer lives and the engine's log")
+    p.add_argument(
+        "--engine",
+        choices=["auto", "graph", "llama.cpp"],
+        default="auto",
+        help="the backbone: river-cpp's graph (the river, lossy exits) or llama.cpp's own context (every "
+        "architecture llama.cpp runs; exact drafts, no river); auto (default): the graph where it builds the file",
+    )
     devices = p.add_argument_group("devices")
     devices.add_argument(
         "--n-gpu-layers",
@@ -152,13 +159,15 @@ def _river(args: argparse.Namespace) -> Optional[str]:
     "auto" decided here on args.model's file as RiverModel would decide it
     (river_cpp.engine.river_choice; -v says which and why). The decision is written
     back into args.river, so that the default draft and the model loaded agree."""
-    from river_cpp.engine.river_choice import resolve_river
+    from river_cpp.engine.river_choice import resolve_backbone_river
 
     river = args.river if args.river is not None else preset(args.preset).river
     if river.lower() == "none":
         return None
     exits = any(getattr(args, name, None) is not None for name in ("tau", "exit_layer", "policy"))
-    river, choice = resolve_river(args.model, river, n_threads=args.threads, exits=exits)
+    _, river, choice = resolve_backbone_river(
+        args.model, river, engine=getattr(args, "engine", "auto"), n_threads=args.threads, exits=exits
+    )
     if choice is not None and args.verbose:
         print("river-cpp: " + choice.describe(), file=sys.stderr)
     args.river = os.fspath(river) if river is not None else "none"
@@ -186,6 +195,7 @@ def open_model(args: argparse.Namespace, chosen: Decoding, **options):
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         seed=getattr(args, "seed", None),
+        engine=args.engine,
         river=river,
         policy=chosen.policy,
         speculative=chosen.speculative or False,

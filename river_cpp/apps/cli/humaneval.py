@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from river_cpp.decoding.policy import ExitPolicy
     from river_cpp.decoding.presets import LOSSLESS
+    from river_cpp.engine.policy import ExitPolicy
     from river_cpp.measure import humaneval as he
     from river_cpp.measure.configs import RiverConfig, backbone_config, river_at_tau
     from river_cpp.measure.ladder import rung_path

@@ -14,7 +14,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="a GGUF backbone: also say which river the default builds for it and why (times it the first time)",
+        help="a GGUF backbone: also say which backbone runs it, and which river the default builds for it and why "
+        "(times it the first time)",
     )
     p.add_argument("--threads", "-t", type=int, metavar="N", help="with MODEL: CPU threads (default: all cores)")
     p.add_argument("--json", action="store_true", help="print river_cpp.system_info() as JSON")
@@ -36,17 +37,23 @@ def run(args: argparse.Namespace) -> int:
     from river_cpp.apps.info import format_system_info, system_info
 
     info = system_info(reprobe=args.reprobe)
-    choice = None
+    backbone = choice = None
     if args.model is not None:
-        from river_cpp.engine.model import default_n_threads
+        from river_cpp._cpus import default_n_threads
+        from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
         from river_cpp.engine.river_choice import choose_river
 
-        choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
-        info["river_choice"] = choice.as_dict()
+        backbone = choose_backbone(args.model)
+        info["backbone"] = {"kind": backbone.kind, "arch": backbone.arch, "reason": backbone.reason}
+        if backbone.kind == GRAPH:
+            choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
+            info["river_choice"] = choice.as_dict()
     if args.json:
         print(json.dumps(info, indent=1))
     else:
         print(format_system_info(info))
+        if backbone is not None:
+            print(f"{args.model}\n" + backbone.describe())
         if choice is not None:
-            print(f"{args.model}\n" + choice.describe())
+            print(choice.describe())
     return 0

@@ -19,10 +19,10 @@ from river_cpp.apps.completions import MAX_CHOICES, chat_prompt
 from river_cpp.apps.structured import request_grammar, response_format_grammar
 from river_cpp.apps.tools import check_tools
 from river_cpp.decoding.decision import Decoding, decide, sampling_defaults
-from river_cpp.decoding.policy import ExitPolicy, exit_policy
 from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.engine.context import ContextOverflowError, check_fits
+from river_cpp.engine.policy import ExitPolicy, exit_policy
 
 RETRY_AFTER_SECONDS = 1
 MAX_STOP_STRINGS = 4

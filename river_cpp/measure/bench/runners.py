@@ -20,8 +20,8 @@ import numpy as np
 
 from river_cpp.decoding.generation import generate_step
 from river_cpp.decoding.presets import PAPER
+from river_cpp.engine.backbone import Backbone
 from river_cpp.engine.gguf_info import read_gguf_info
-from river_cpp.engine.language_model import LanguageModel
 from river_cpp.measure.bench.report import BACKBONE_RUNG, LLAMA_ENGINE, RIVER_ENGINE
 from river_cpp.measure.configs import RiverConfig, backbone_config, full_river, peer_name, river_at_tau
 from river_cpp.measure.evaluate import ForcedTokens
@@ -122,7 +122,7 @@ def _targets(backbone: Path, configs: Sequence[RiverConfig], peers: Sequence[str
 class Runner:
     """A loaded configuration or peer that runs a test and reports its speed."""
 
-    def __init__(self, target: Target, model: LanguageModel) -> None:
+    def __init__(self, target: Target, model: Backbone) -> None:
         self.target = target
         self.model = model
 

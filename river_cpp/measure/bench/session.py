@@ -45,7 +45,7 @@ def measure(
     """
     from tqdm import tqdm
 
-    from river_cpp.engine.model import default_n_threads
+    from river_cpp._cpus import default_n_threads
 
     n_prompt, n_gen = _count("n_prompt", n_prompt), _count("n_gen", n_gen)
     if n_prompt == 0 and n_gen == 0:

@@ -1,4 +1,4 @@
-"""Greedy completions of HumanEval prompts by any LanguageModel.
+"""Greedy completions of HumanEval prompts by any Backbone.
 
 One completer for every engine: RiverModel in a RiverConfig and llama.cpp through
 LlamaCppPeer both run river_cpp.decoding.generation.generate (the same tokenizer, greedy
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from river_cpp.decoding.generation import generate
-from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.backbone import Backbone
 
 if TYPE_CHECKING:
     from river_cpp.decoding.speculative import Speculative
@@ -55,9 +55,7 @@ class ModelCompleter:
     """Greedy completions of one loaded model (a RiverModel or a LlamaCppPeer), which
     it owns and closes. speculative: lossless River (the backbone's tokens)."""
 
-    def __init__(
-        self, name: str, engine: str, model: LanguageModel, *, speculative: Optional[Speculative] = None
-    ) -> None:
+    def __init__(self, name: str, engine: str, model: Backbone, *, speculative: Optional[Speculative] = None) -> None:
         self.name = name
         self.engine = engine
         self.model = model

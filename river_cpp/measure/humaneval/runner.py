@@ -346,7 +346,7 @@ def run_humaneval(
     on_config is called with the report after each target finishes, e.g. to save
     partial results of a long run.
     """
-    from river_cpp.engine.model import default_n_threads
+    from river_cpp._cpus import default_n_threads
 
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")

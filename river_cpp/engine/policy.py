@@ -184,3 +184,12 @@ def exit_policy(
     if policy is not None and not isinstance(policy, ExitPolicy):
         raise TypeError(f"policy must be an ExitPolicy or a policy object, got {type(policy).__name__}")
     return policy
+
+
+def check_policy(policy: object, *, n_layer: int, has_river: bool) -> None:
+    """TypeError / ValueError unless `policy` is an ExitPolicy that applies to a model
+    of n_layer layers with (or without) a river."""
+    if not isinstance(policy, ExitPolicy):
+        raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
+    if policy.exits(n_layer) and not has_river:  # exits() checks the depths too
+        raise ValueError("this model has no river (river=None): only ExitPolicy.never() applies")

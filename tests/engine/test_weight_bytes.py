@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.measure.weight_bytes import WeightBytes
+from river_cpp.engine.weight_bytes import WeightBytes
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 

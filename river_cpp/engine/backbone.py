@@ -1,8 +1,11 @@
-"""The one protocol the generation loop runs on: something that gives logits.
+"""The backbone interface: what the generation loop runs on, and the checks every
+implementation shares.
 
-RiverModel implements it, and so does the llama.cpp peer that measurement compares
-against (river_cpp.measure). The loop (river_cpp.decoding.generation) and the speculative
-loop (river_cpp.decoding.speculative) know nothing else of a model.
+Two implementations: river_cpp.engine.graph_backbone (river-cpp's own graph, with the
+river and its exits) and river_cpp.engine.llama_backbone (llama.cpp's own context, for
+every architecture llama.cpp runs; no river). river_cpp.RiverModel is a facade over one
+of them and satisfies the same protocol, so the decoding floor's plain and speculative
+loops take either and know nothing else of a model.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.policy import ExitPolicy
+from river_cpp.engine.policy import ExitPolicy
 from river_cpp.engine.tokenizer import Tokenizer
 
-# Which weights a forward runs (RiverModel; a plain model runs its only weights):
+# Which weights a forward runs (a backbone without a river runs its only weights):
 #   "auto"      a multi-token forward takes the prompt's route, one token the decode route
 #   "prompt"    the route of a prompt (the full backbone, or the exit policy with prefill="exit")
 #   "decode"    the exit policy (River's per-token route)
@@ -22,9 +25,10 @@ from river_cpp.engine.tokenizer import Tokenizer
 ROUTES = ("auto", "prompt", "decode", "backbone")
 
 
-class LanguageModel(Protocol):
+class Backbone(Protocol):
     """A causal language model with one sequence in its cache."""
 
+    # The seed of sampling calls that name none (None: fresh entropy); a facade's default.
     seed: Optional[int]
 
     @property
@@ -82,7 +86,7 @@ class LanguageModel(Protocol):
         exit_vocab: Optional[int] = None,
     ) -> np.ndarray:
         """Append `ids` to the cache; logits [len(ids) or 1, n_vocab]. `policy` and
-        `exit_vocab` shape this forward's exits (None: the model's policy, every token id)."""
+        `exit_vocab` shape this forward's exits (None: the default policy, every token id)."""
         ...
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
@@ -90,3 +94,30 @@ class LanguageModel(Protocol):
         them on `route` (under `policy`) would compute them (at most len(ids) - 1: the
         last must run)."""
         ...
+
+
+def check_token_ids(ids: Sequence[int]) -> np.ndarray:
+    """`ids` as a 1-D integer array; ValueError / TypeError for anything else."""
+    array = np.asarray(ids)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError("ids must be a non-empty 1-D sequence of token ids")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"token ids must be integers, got dtype {array.dtype}")
+    return array
+
+
+def check_n_past(n_past: object, held: int) -> int:
+    """`n_past` as an int in [0, held]; ValueError otherwise."""
+    if isinstance(n_past, bool) or not isinstance(n_past, (int, np.integer)) or not 0 <= n_past <= held:
+        raise ValueError(f"n_past must be an integer in [0, {held}], got {n_past!r}")
+    return int(n_past)
+
+
+def common_prefix(ids: Sequence[int], cached: Sequence[int]) -> int:
+    """How many leading `ids` equal `cached`'s, at most len(ids) - 1 (the last must run)."""
+    n = 0
+    for token, held in zip(ids[:-1], cached):
+        if token != held:
+            break
+        n += 1
+    return n

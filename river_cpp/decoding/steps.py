@@ -12,8 +12,8 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.policy import ExitPolicy
-from river_cpp.engine.language_model import LanguageModel
+from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.policy import ExitPolicy
 
 
 class Step(NamedTuple):
@@ -27,7 +27,7 @@ class Step(NamedTuple):
 
 
 def prefill(
-    model: LanguageModel, prompt_ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None
+    model: Backbone, prompt_ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None
 ) -> np.ndarray:
     """Bring the cache to `prompt_ids`, reusing the longest prefix it already holds
     (the prompt cache); the last position's logits [n_vocab]."""
@@ -36,6 +36,6 @@ def prefill(
     return model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy)[0]
 
 
-def decode_one_token(model: LanguageModel, token: int, *, policy: Optional[ExitPolicy] = None) -> np.ndarray:
+def decode_one_token(model: Backbone, token: int, *, policy: Optional[ExitPolicy] = None) -> np.ndarray:
     """Append one token to the model's cache; its logits [n_vocab]."""
     return model.forward([token], last_only=True, route="decode", policy=policy)[0]

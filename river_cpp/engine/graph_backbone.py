@@ -1,0 +1,409 @@
+"""The graph backbone: river-cpp's own ggml graph of a GGUF, with its river.
+
+Owns the C++ engine (river_cpp.engine._core): weights, the KV cache the backbone and
+the river share, exit configurations, placement on devices and RPC servers, and the
+record of what the cache holds (the prompt cache's prefix). It knows nothing of
+decoding: forwards take an exit policy as an argument, and which river to load is
+decided above it (river_cpp.engine.river_choice, called by the facade).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from river_cpp.engine import _core
+from river_cpp.engine._ggml import set_ggml_verbosity
+from river_cpp.engine.backbone import ROUTES, check_n_past, check_token_ids
+from river_cpp.engine.context import check_fits
+from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
+from river_cpp.engine.placement import Placement, offload_devices, plan_placement
+from river_cpp.engine.policy import ExitPolicy, check_policy
+from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
+from river_cpp.engine.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
+from river_cpp.engine.tokenizer import Tokenizer
+
+DEFAULT_N_BATCH = 512
+PREFILL_MODES = ("exit", "backbone")
+# Prepared exit configurations a backbone keeps for the policies it last ran (a server
+# may see a new tau in every request: the memo stays small).
+_MAX_EXIT_CONFIGS = 16
+
+
+def default_head(river: Union[str, os.PathLike, None]) -> Union[bool, str]:
+    """river_head=None: no low-bit head without a river, a given river file's own head,
+    a DEFAULT_HEAD_TYPE head for a river built here."""
+    if river is None:
+        return False
+    return True if is_river_file(os.fspath(river)) else DEFAULT_HEAD_TYPE
+
+
+def is_river_file(river: str) -> bool:
+    """Whether `river` names a river file rather than a type to build."""
+    return os.path.exists(river) or river.endswith(".gguf")
+
+
+def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:
+    """The servers of `remote_devices` (endpoint -> device names) that went away; their
+    devices are marked lost on the engine, which then never talks to them again."""
+    gone = gone_servers(remote_devices)
+    for endpoint in gone:
+        for name in remote_devices[endpoint]:
+            engine.lose_device(name)
+    return gone
+
+
+def _let_go(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> None:
+    """Release a backbone's links to its RPC servers, after marking the devices of those
+    that went away as lost, so that freeing the engine leaks their memory instead of
+    waiting on a dead connection. Runs at close, or when a backbone is collected unclosed."""
+    _lose_gone_devices(engine, remote_devices)
+    release_links(remote_devices)
+
+
+def positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class GraphBackbone:
+    """A GGUF run by river-cpp's graph, with an optional river on its KV cache."""
+
+    kind = "graph"
+    seed: Optional[int] = None
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        n_ctx: int,
+        n_threads: int,
+        verbose: bool = False,
+        river: Union[str, os.PathLike, None] = None,
+        river_types: Optional[Mapping[int, str]] = None,
+        river_head: Union[bool, str, None] = None,
+        prefill: str = "backbone",
+        tail_layers: int = 0,
+        progress: bool = True,
+        use_mmap: bool = True,
+        n_gpu_layers: int = -1,
+        main_gpu: int = 0,
+        rpc_servers: Sequence[str] = (),
+        reuse_graphs: bool = True,
+    ) -> None:
+        """Load the backbone at `path` and, unless `river` is None, its river (a type
+        to build, once and cached, or a river GGUF); see river_cpp.RiverModel for the
+        options."""
+        if prefill not in PREFILL_MODES:
+            raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
+        if isinstance(tail_layers, bool) or not isinstance(tail_layers, int) or tail_layers < 0:
+            raise ValueError(f"tail_layers must be a non-negative integer, got {tail_layers!r}")
+        self.model_path = path
+        connect_rpc_servers(rpc_servers)
+        # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.
+        set_ggml_verbosity(verbose)
+        _core.set_log_sink(
+            (lambda level, message: print(f"river-cpp: {message}", file=sys.stderr)) if verbose else None
+        )
+        # the CPU's extra buffer types that proved to work here (RIVER_CPP_EXTRA_BUFTS)
+        self.extra_bufts: ExtraBufts = extra_bufts()
+        self._engine: Optional[_core.Engine] = _core.Engine(
+            path,
+            positive_int("n_ctx", n_ctx),
+            DEFAULT_N_BATCH,
+            positive_int("n_threads", n_threads),
+            bool(use_mmap),
+            cpu_extra_bufts=list(self.extra_bufts.allowed),
+            reuse_graphs=bool(reuse_graphs),
+        )
+        self._tokenizer = Tokenizer(path)
+        self.river_path: Optional[Path] = None
+        if tail_layers > self.n_layer:
+            raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {tail_layers}")
+        if river_head is None:
+            river_head = default_head(river)
+        self._load_river(river, river_types, river_head, progress)
+        devices = offload_devices(rpc_servers)
+        self.placement: Placement = plan_placement(self.engine.placement_sizes(), devices, n_gpu_layers, main_gpu)
+        self.engine.place(**self.placement.engine_arguments())
+        # The RPC servers that hold part of this model, with their devices: a forward
+        # first checks that they are still there (river_cpp.engine.rpc).
+        servers = {str(s) for s in rpc_servers}
+        self._remote_devices: dict[str, list[str]] = {}
+        for d in devices:
+            if d.description in servers and d.name in self.placement.devices:
+                self._remote_devices.setdefault(d.description, []).append(d.name)
+        self._release_servers: Optional[weakref.finalize] = None
+        if self._remote_devices:
+            hold_links(self._remote_devices)
+            self._release_servers = weakref.finalize(self, _let_go, self._engine, self._remote_devices)
+            self._check_servers()
+        if verbose:
+            print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
+            print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
+        self.prefill = prefill
+        self._tail_layers = tail_layers
+        self._river_head = bool(river_head)
+        # Each policy's prepared _core.ExitConfig (by policy and exit_vocab): settings
+        # a forward hands the engine, not a copy of the engine's state.
+        self._exit_configs: dict[tuple[ExitPolicy, int], Optional[_core.ExitConfig]] = {}
+        # What the cache holds, for the prompt cache: each position's token and the
+        # backbone layers that computed it (n_layer: the full backbone).
+        self._cached_ids: list[int] = []
+        self._cached_depths: list[int] = []
+
+    def _load_river(
+        self,
+        river: Union[str, os.PathLike, None],
+        river_types: Optional[Mapping[int, str]],
+        river_head: Union[bool, str],
+        progress: bool,
+    ) -> None:
+        head_type = river_head if isinstance(river_head, str) else None
+        if river is None:
+            if river_types or river_head:
+                raise ValueError("river_types and river_head need a river")
+            return
+        river = os.fspath(river)
+        if is_river_file(river):
+            if river_types or head_type:
+                raise ValueError("river_types and a river_head type apply to built rivers, not to a given river file")
+            if not os.path.isfile(river):
+                raise FileNotFoundError(f"river file not found: {river}")
+            self.engine.load_river(river)
+            self.river_path = Path(river)
+            return
+        spec = RiverSpec(default_type=river, layer_types=dict(river_types or {}), head_type=head_type or river)
+        spec.types_for(self.n_layer)
+        self.river_path = load_cached_river(
+            self.engine, Path(self.model_path), spec, n_threads=self.n_threads, progress=progress
+        )
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def check_files(self) -> None:
+        """Raise RiverError when the backbone or river file changed on disk (another
+        inode, size or mtime) since it was loaded with use_mmap: its mapped weights may
+        no longer be the ones validated at load. Costs a stat() per file; every
+        forward (and so every generation step) runs it first."""
+        self.engine.check_files()
+
+    def _check_servers(self) -> None:
+        """Raise RiverError when an RPC server holding part of this model went away."""
+        gone = _lose_gone_devices(self.engine, self._remote_devices)
+        if gone:
+            raise _core.RiverError(
+                f"the RPC server at {gone[0]} went away, and with it this model's layers there: close "
+                "the model and load it again without that server (only a new process can use a server "
+                "there again)"
+            )
+
+    def close(self) -> None:
+        """Free the weights mapping, KV cache and tokenizer. Idempotent. Returns at once
+        when an RPC server of this model went away: what lived there is leaked, not
+        freed on a dead connection."""
+        if self._engine is not None:
+            if self._release_servers is not None:
+                self._release_servers()
+            self._engine = None
+            self._tokenizer.close()
+
+    def __enter__(self) -> GraphBackbone:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._engine is None
+
+    @property
+    def engine(self) -> _core.Engine:
+        """The C++ engine; ValueError once closed."""
+        if self._engine is None:
+            raise ValueError("this RiverModel is closed")
+        return self._engine
+
+    def describe_buffer_types(self) -> str:
+        """Lines for `river-cpp generate -v`: the buffer types holding the host's weights
+        (the CPU's extra types with their matrix counts, and those not used and why)."""
+        decision, used = self.extra_bufts, self.engine.repacked_by_buffer_type
+        lines = [f"host buffer types ({ENV}={decision.mode}):"]
+        for name in decision.available:
+            if name not in decision.allowed:
+                state = "not used: " + decision.why_not(name)
+            else:
+                state = f"{used[name]} matrices" if used.get(name) else "allowed; no matrix of a type it takes"
+            lines.append(f"  {name:<12} {state}")
+        lines.append(f"  {'CPU':<12} the other host weights")
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------- sizes
+
+    @property
+    def n_layer(self) -> int:
+        return self.engine.n_layer
+
+    @property
+    def n_vocab(self) -> int:
+        return self.engine.n_vocab
+
+    @property
+    def n_embd(self) -> int:
+        return self.engine.n_embd
+
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.n_ctx
+
+    @property
+    def n_past(self) -> int:
+        """Number of positions in the KV cache."""
+        return self.engine.n_past
+
+    @property
+    def n_threads(self) -> int:
+        return self.engine.n_threads
+
+    @n_threads.setter
+    def n_threads(self, value: int) -> None:
+        self.engine.n_threads = positive_int("n_threads", value)
+
+    @property
+    def has_river(self) -> bool:
+        return self.engine.has_river
+
+    @property
+    def arch(self) -> str:
+        return self.engine.arch
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def policy(self) -> ExitPolicy:
+        """Forwards that name no policy run the full backbone."""
+        return ExitPolicy.never()
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        """TypeError / ValueError unless `policy` applies to this backbone."""
+        check_policy(policy, n_layer=self.n_layer, has_river=self.has_river)
+
+    def _exit_config(self, policy: ExitPolicy, exit_vocab: int) -> Optional[_core.ExitConfig]:
+        """The engine's prepared form of `policy` with `exit_vocab` (None: it never
+        exits, so the forward runs the full backbone), built once per pair."""
+        key = (policy, exit_vocab)
+        try:
+            return self._exit_configs[key]
+        except KeyError:
+            pass
+        config = None
+        if policy.exits(self.n_layer):
+            config = _core.ExitConfig(
+                policy.resolve(self.n_layer), policy.signal, self._tail_layers, self._river_head, exit_vocab
+            )
+        if len(self._exit_configs) >= _MAX_EXIT_CONFIGS:
+            self._exit_configs.clear()
+        self._exit_configs[key] = config
+        return config
+
+    @property
+    def last_exit_layers(self) -> np.ndarray:
+        """Backbone layers each token of the last forward ran (n_layer: never left)."""
+        return self.engine.last_exit_layers
+
+    # ---------------------------------------------------------------- compute
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """The token ids the cache holds, position by position."""
+        return list(self._cached_ids)
+
+    def reset(self) -> None:
+        """Forget the sequence: the next forward starts at position 0."""
+        self.engine.reset()
+        self._cached_ids.clear()
+        self._cached_depths.clear()
+
+    def rewind(self, n_past: int) -> None:
+        """Shorten the cached sequence to its first `n_past` positions."""
+        n_past = check_n_past(n_past, self.n_past)
+        self.engine.rewind(n_past)
+        del self._cached_ids[n_past:], self._cached_depths[n_past:]
+
+    def _uses_exit(self, route: str, n_ids: int) -> bool:
+        """Whether a forward of n_ids tokens on `route` follows the exit policy (else it
+        runs the full backbone): "auto" is a prompt for several tokens, a decode step for
+        one; prefill="backbone" keeps the prompt's KV full precision."""
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if route == "auto":
+            route = "prompt" if n_ids > 1 else "decode"
+        return route == "decode" or (route == "prompt" and self.prefill != "backbone")
+
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """How many leading `ids` the cache holds as a cold forward of them on `route`
+        under `policy` (None: never exits) computes them, at most len(ids) - 1.
+
+        Only positions computed by the full backbone qualify, and only when the
+        route runs the full backbone (or the policy never exits): a prompt that exits
+        leaves at a depth chosen for the whole batch.
+        """
+        if policy is not None and self._uses_exit(route, len(ids)) and policy.exits(self.n_layer):
+            return 0
+        n = 0
+        for token, cached, depth in zip(ids[:-1], self._cached_ids, self._cached_depths):
+            if token != cached or depth != self.n_layer:
+                break
+            n += 1
+        return n
+
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+    ) -> np.ndarray:
+        """Append `ids` to the sequence and return their logits.
+
+        Returns float32 of shape [len(ids), n_vocab], or [1, n_vocab] for the last
+        position only when `last_only`. `route` picks the weights
+        (river_cpp.engine.backbone.ROUTES); `policy` is the exit policy of a forward
+        whose route follows one (None: never exits); with an exit, the batch leaves at
+        one depth (see last_exit_layers). `exit_vocab`: exited tokens score only token
+        ids [0, exit_vocab) (their other logits are -inf; None: all): a speculative
+        draft's head is a large share of its cost, and BPE vocabularies put frequent
+        tokens first. Raises RiverError when an RPC server holding part of the model
+        went away (and from then on).
+        """
+        ids = check_token_ids(ids)
+        use_exit = self._uses_exit(route, ids.size)
+        if policy is not None:
+            self.check_policy(policy)
+        if exit_vocab is not None and (
+            isinstance(exit_vocab, bool)
+            or not isinstance(exit_vocab, (int, np.integer))
+            or not 1 <= exit_vocab <= self.n_vocab
+        ):
+            raise ValueError(f"exit_vocab must be None or an integer in [1, {self.n_vocab}], got {exit_vocab!r}")
+        exit_config = None
+        if use_exit and policy is not None:
+            exit_config = self._exit_config(policy, int(exit_vocab or 0))
+        check_fits(int(ids.size), self.n_ctx, cached=self.n_past, room=0)
+        if self._remote_devices:
+            self._check_servers()
+        logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), exit_config)
+        self._cached_ids.extend(int(t) for t in ids)
+        self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
+        return logits

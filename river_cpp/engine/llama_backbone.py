@@ -1,0 +1,290 @@
+"""The llama.cpp backbone: llama.cpp's own context (through llama-cpp-python) behind the
+backbone interface, for every architecture llama.cpp runs.
+
+It has one weight set and no river: every route is the full model and no token exits.
+Devices, n_gpu_layers and the CPU's extra buffer types are llama.cpp's own; a batch asks
+for the logits of the rows it needs, and a rewind removes the rejected positions from
+llama.cpp's memory. It knows nothing of decoding: the exact drafts that need no river
+(n-grams, the draft memory, the corpus, a grammar's forced tokens) run on it unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence, Union
+
+import numpy as np
+
+from river_cpp.engine import _core
+from river_cpp.engine.backbone import ROUTES, check_n_past, check_token_ids, common_prefix
+from river_cpp.engine.context import check_fits
+from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import llama_cpp
+
+N_BATCH = 512
+
+_default_params_lock = threading.Lock()
+# A NULL-terminated list of no devices (llama_model_params.devices).
+_NO_DEVICES = (ctypes.c_void_p * 1)()
+
+
+def llama_cpp_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("llama-cpp-python")
+
+
+def extra_bufts_note() -> Optional[str]:
+    """Why llama.cpp contexts run without the CPU's extra buffer types (and so without
+    their repacked layouts) in this process; None when they use them."""
+    from river_cpp.engine.extra_bufts import extra_bufts
+
+    return extra_bufts().llama_cpp_note()
+
+
+def load_llama(path: Union[str, os.PathLike], *, cpu_only: bool = False, **options) -> llama_cpp.Llama:
+    """llama_cpp.Llama(path, **options), with use_extra_bufts=False where
+    extra_bufts_note() says the CPU's extra buffer types are not all allowed (a type that
+    fails the probe would crash llama.cpp's first batch too); cpu_only: with an empty
+    device list, so that llama.cpp computes on the CPU alone (without one it takes every
+    device ggml registered in the process, even at n_gpu_layers=0)."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low_level
+
+    without_extra_bufts = extra_bufts_note() is not None
+    if not without_extra_bufts and not cpu_only:
+        return llama_cpp.Llama(str(path), **options)
+    # Llama() has no use_extra_bufts or devices argument (0.3.36): it loads the model
+    # inside its constructor from llama_model_default_params(), so that is where the
+    # fields are set.
+    with _default_params_lock:
+        default_params = low_level.llama_model_default_params
+
+        def adjusted():
+            params = default_params()
+            if without_extra_bufts:
+                params.use_extra_bufts = False
+            if cpu_only:
+                params.devices = ctypes.addressof(_NO_DEVICES)
+            return params
+
+        low_level.llama_model_default_params = adjusted
+        try:
+            llama = llama_cpp.Llama(str(path), **options)
+        finally:
+            low_level.llama_model_default_params = default_params
+    if without_extra_bufts and llama.model_params.use_extra_bufts:
+        llama.close()
+        raise RuntimeError("this llama-cpp-python ignored use_extra_bufts=False; the context would use unsafe layouts")
+    return llama
+
+
+class LlamaCppBackbone:
+    """A GGUF run by llama.cpp's own context, as a river-cpp backbone."""
+
+    kind = "llama.cpp"
+    seed: Optional[int] = None
+    has_river = False
+    river_path = None
+
+    def __init__(
+        self,
+        path: Union[str, os.PathLike],
+        *,
+        n_ctx: int = 2048,
+        n_threads: int,
+        n_gpu_layers: int = -1,
+        main_gpu: int = 0,
+        use_mmap: bool = True,
+        verbose: bool = False,
+    ) -> None:
+        """Load the GGUF at `path` into a llama.cpp context of n_ctx positions."""
+        from river_cpp.engine._ggml import set_ggml_verbosity
+
+        self.model_path = str(path)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"model file not found: {path}")
+        info = read_gguf_info(path)
+        self.arch: str = str(info.get("general.architecture", "?"))
+        self._n_layer = int(info.get(f"{self.arch}.block_count", 0))
+        self._n_threads = int(n_threads)
+        set_ggml_verbosity(verbose)  # loading logs every metadata key otherwise
+        # llama.cpp aborts the process on some broken vocabularies: check before it loads
+        _core.check_vocabulary(self.model_path)
+        # why it runs without the CPU's extra buffer types (None: it uses them)
+        self.extra_bufts_note: Optional[str] = extra_bufts_note()
+        self._llama: Optional[llama_cpp.Llama] = None
+        try:
+            self._llama = load_llama(
+                path,
+                n_ctx=n_ctx,
+                n_threads=self._n_threads,
+                n_threads_batch=self._n_threads,
+                n_batch=N_BATCH,
+                n_ubatch=N_BATCH,
+                flash_attn=False,
+                n_gpu_layers=n_gpu_layers,
+                main_gpu=main_gpu,
+                use_mmap=use_mmap,
+                logits_all=False,
+                verbose=verbose,
+            )
+        except ValueError as error:  # llama-cpp-python's "Failed to load model from file"
+            raise _core.RiverError(
+                f"llama.cpp could not load {path} (architecture '{self.arch}'): the file is damaged, or this "
+                f"llama.cpp (llama-cpp-python {llama_cpp_version()}) does not run that architecture"
+            ) from error
+        # river-cpp's tokenizer, so that prompts split and pieces join exactly as on the graph
+        self._tokenizer = Tokenizer(self.model_path)
+        self._last_n_tokens = 0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def llama(self) -> llama_cpp.Llama:
+        """The llama_cpp.Llama; ValueError once closed."""
+        if self._llama is None:
+            raise ValueError("this RiverModel is closed")
+        return self._llama
+
+    def close(self) -> None:
+        """Free the llama.cpp context and model and the tokenizer. Idempotent."""
+        if self._llama is not None:
+            self._llama.close()
+            self._llama = None
+            self._tokenizer.close()
+
+    def __enter__(self) -> LlamaCppBackbone:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._llama is None
+
+    def check_files(self) -> None:
+        """llama.cpp keeps no record of the file's identity: nothing to check."""
+
+    # ---------------------------------------------------------------- sizes
+
+    @property
+    def n_vocab(self) -> int:
+        return self.llama.n_vocab()
+
+    @property
+    def n_embd(self) -> int:
+        return self.llama.n_embd()
+
+    @property
+    def n_ctx(self) -> int:
+        return self.llama.n_ctx()
+
+    @property
+    def n_past(self) -> int:
+        return self.llama.n_tokens
+
+    @property
+    def n_layer(self) -> int:
+        return self._n_layer
+
+    @property
+    def n_threads(self) -> int:
+        return self._n_threads
+
+    @property
+    def policy(self) -> ExitPolicy:
+        """One weight set: no token leaves it."""
+        return ExitPolicy.never()
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        if not isinstance(policy, ExitPolicy):
+            raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
+        if policy.exits(self.n_layer):
+            raise ValueError(
+                f"'{self.arch}' runs on llama.cpp's backbone, which has no river: only ExitPolicy.never() applies "
+                "(exact decoding and its drafts from n-grams, memory, corpus and grammars work)"
+            )
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def last_exit_layers(self) -> np.ndarray:
+        """Every token runs every layer."""
+        return np.full(max(1, self._last_n_tokens), self.n_layer, dtype=np.int32)
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
+
+    # ---------------------------------------------------------------- compute
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """The token ids the cache holds, position by position."""
+        llama = self.llama
+        return llama.input_ids[: llama.n_tokens].tolist()
+
+    def reset(self) -> None:
+        self.rewind(0)
+
+    def rewind(self, n_past: int) -> None:
+        """Keep the first `n_past` positions of the cache."""
+        n_past = check_n_past(n_past, self.n_past)
+        self.llama._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        self.llama.n_tokens = n_past
+
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """How many leading `ids` the cache holds (every position is the full model's)."""
+        return common_prefix(ids, self.cached_ids)
+
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+    ) -> np.ndarray:
+        """Append `ids` to the cache, in N_BATCH-token batches; float32 logits
+        [len(ids), n_vocab], or [1, n_vocab] of the last position when `last_only`
+        (then llama.cpp computes no other row). No token exits: `policy` must never
+        exit, and `exit_vocab` (which limits exited tokens) changes nothing."""
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if policy is not None:
+            self.check_policy(policy)
+        ids = [int(t) for t in check_token_ids(ids)]
+        llama = self.llama
+        check_fits(len(ids), self.n_ctx, cached=llama.n_tokens, room=0)
+        n_vocab = self.n_vocab
+        if not all(0 <= t < n_vocab for t in ids):
+            raise ValueError(f"token ids must be in [0, {n_vocab})")
+        logits = np.empty((1 if last_only else len(ids), n_vocab), dtype=np.float32)
+        llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
+        for start in range(0, len(ids), N_BATCH):
+            batch = ids[start : start + N_BATCH]
+            llama._batch.set_batch(batch=batch, n_past=llama.n_tokens, logits_all=not last_only)
+            llama._ctx.decode(llama._batch)
+            llama.input_ids[llama.n_tokens : llama.n_tokens + len(batch)] = batch
+            llama.n_tokens += len(batch)
+            if not last_only:
+                rows = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(len(batch) * n_vocab,))
+                logits[start : start + len(batch)] = rows.reshape(len(batch), n_vocab)
+        if last_only:
+            import llama_cpp
+
+            pointer = llama_cpp.llama_get_logits_ith(llama.ctx, -1)
+            logits[0] = np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+        self._last_n_tokens = len(ids)
+        return logits
