@@ -244,7 +244,13 @@ def run(args: argparse.Namespace) -> int:
         f"| finish: {result.finish_reason}",
         file=sys.stderr,
     )
-    if result.speculative is not None:
+    if result.speculative is not None and result.speculative.drafted == 0:
+        print(
+            "speculative: no draft on this text (nothing in the context, the memory or a corpus matched "
+            "what came next), so every token was a plain step",
+            file=sys.stderr,
+        )
+    elif result.speculative is not None:
         print(result.speculative.summary(), file=sys.stderr)
     elif model_has_river:
         print(result.exit_stats.summary(), file=sys.stderr)
