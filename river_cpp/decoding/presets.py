@@ -64,7 +64,7 @@ PAPER = Preset("paper", river="q4_0", river_head=False, prefill="exit", tau=0.98
 
 # Lossless River, the library's default: the backbone's own tokens, faster where drafts
 # are accepted (docs/results.md, "Lossless River"): n-gram matches from the context and,
-# where one pays on the file (docs/results.md, "Which river the default builds"), a low-bit river with a
+# where one pays on the file (docs/river-choice.md), a low-bit river with a
 # 4-bit head drafting on the shared cache; the backbone verifies.
 LOSSLESS = Preset(
     "lossless",
