@@ -93,6 +93,7 @@ class RiverModel:
         main_gpu: int = 0,
         rpc_servers: Sequence[str] = (),
         reuse_graphs: bool = True,
+        exact: Union[bool, str] = True,
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
 
@@ -139,6 +140,12 @@ class RiverModel:
             placement (ggml built with -DGGML_RPC=on; the graph backbone).
         reuse_graphs: keep decode graphs for later steps (default); False builds
             every graph afresh (for measuring what reuse saves).
+        exact: a verify's rows computed as plain one-token steps compute them, bit
+            for bit (the graph backbone on the CPU): True (default) for products by
+            quantized matrices in the plain layout and attention; "bitwise" also by
+            F32/F16/BF16 matrices, with the backbone kept out of the CPU's repacked
+            layouts (slower: docs/results.md, "Identity on quantized files"); False:
+            ggml's kernels by batch size.
         """
         path = os.fspath(model_path)
         _check_model_path(path)
@@ -180,6 +187,7 @@ class RiverModel:
                 main_gpu=main_gpu,
                 rpc_servers=rpc_servers,
                 reuse_graphs=reuse_graphs,
+                exact=exact,
             )
         else:
             _check_without_river(

@@ -3,8 +3,9 @@
 seeded sampling, and a JSON-schema constrained decode (the engine's exact rows,
 csrc/exact_ops.*; tests/engine/test_exact.py checks the rows themselves).
 
-The engine runs without the CPU's repacked layouts (RIVER_CPP_EXTRA_BUFTS=none): a
-product by a repacked matrix is ggml's, whose batched GEMM differs from its GEMV.
+The default engine runs without the CPU's repacked layouts (RIVER_CPP_EXTRA_BUFTS=none):
+a product by a repacked matrix is ggml's, whose batched GEMM differs from its GEMV;
+exact="bitwise" keeps the backbone out of them whatever the host allows.
 """
 
 from __future__ import annotations
@@ -87,3 +88,12 @@ def test_schema_constrained_drafted_is_plain(model):
     drafted = model.generate(prompt, max_tokens=N_TOKENS, grammar=Grammar(model.tokenizer, gbnf))
     assert drafted.token_ids == plain.token_ids
     assert drafted.text.lstrip().startswith("{")
+
+
+def test_bitwise_is_plain_decoding_with_the_hosts_layouts(release):
+    """exact="bitwise" with the extra buffer types the host allows (CPU_REPACK where it
+    works): the backbone is not repacked, so its answers are plain decoding's too."""
+    with RiverModel(release, n_ctx=2048, n_threads=2, river=None, progress=False, exact="bitwise") as model:
+        plain, drafted = plain_and_drafted(model, prompt_set(model.tokenizer, "grounded", 1)[0])
+        assert drafted.token_ids == plain.token_ids and drafted.speculative.drafted > 0
+        assert model.engine.repacked_tensors == 0

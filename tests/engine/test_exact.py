@@ -147,3 +147,19 @@ def test_check_exact_command(tiny_files, capsys):
     )
     out = capsys.readouterr().out
     assert "exact=on" in out and "rows with bit-identical logits: 5 of 5" in out
+
+
+# ---------------------------------------------------------------- RiverModel(exact=)
+
+
+def test_river_model_takes_exact(tiny_files):
+    from river_cpp import RiverModel
+
+    prompt = "The quick brown fox"
+    runs = {}
+    for exact in (True, "bitwise", False):
+        with RiverModel(tiny_files["f16"], n_ctx=128, n_threads=2, river=None, progress=False, exact=exact) as model:
+            runs[exact] = model.generate(prompt, max_tokens=12, speculative=False).token_ids
+    assert len(runs[True]) == 12 and runs["bitwise"] == runs[True]
+    with pytest.raises(ValueError, match="exact must be"):
+        RiverModel(tiny_files["f16"], n_ctx=128, n_threads=1, river=None, progress=False, exact="sometimes")
