@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import warnings
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp._cpus import default_n_threads
+from river_cpp._cpus import ThreadGovernor, default_n_threads
 from river_cpp.decoding.decision import (
     Decoding,
     SpeculativeOption,
@@ -35,6 +36,7 @@ from river_cpp.engine.backbone_choice import GRAPH, BackboneChoice
 from river_cpp.engine.graph_backbone import GraphBackbone, positive_int
 from river_cpp.engine.llama_backbone import LlamaCppBackbone
 from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.prompt_cache import PromptCache, make_prompt_cache
 from river_cpp.engine.river_choice import AUTO_RIVER, RiverChoice, resolve_backbone_river
 from river_cpp.engine.tokenizer import Tokenizer
 
@@ -93,6 +95,8 @@ class RiverModel:
         main_gpu: int = 0,
         rpc_servers: Sequence[str] = (),
         reuse_graphs: bool = True,
+        prompt_cache: Any = None,
+        adapt_threads: bool = True,
         exact: Union[bool, str] = True,
     ) -> None:
         """Load a GGUF backbone and, unless ``river`` is None, its river.
@@ -146,8 +150,17 @@ class RiverModel:
             F32/F16/BF16 matrices, with the backbone kept out of the CPU's repacked
             layouts (slower: docs/results.md, "Identity on quantized files"); False:
             ggml's kernels by batch size.
+        prompt_cache: keep the KV states of earlier requests and reuse the longest
+            cached prefix of each prompt (river_cpp.engine.prompt_cache): None (default)
+            or False: only the sequence the model holds; True: a PromptCache in RAM
+            (2 GiB); an int: one of that many bytes; a folder: RAM and a disk tier there;
+            or a PromptCache, which several models may share. Settable later.
+        adapt_threads: run one thread fewer per CPU other processes keep busy
+            (river_cpp._cpus.ThreadGovernor; at most n_threads), so that decoding keeps
+            its share of a loaded machine (default); False: always n_threads.
         """
         path = os.fspath(model_path)
+        prompt_cache = make_prompt_cache(prompt_cache)  # a bad value fails before anything loads
         _check_model_path(path)
         self.model_path = path
         # Every call that touches the backbone serializes on this lock; a stream holds
@@ -212,6 +225,9 @@ class RiverModel:
             )
             if policy is not None:
                 self._backbone.check_policy(policy)  # names the architecture and what works
+        self.prompt_cache = prompt_cache
+        if adapt_threads:
+            self._backbone.governor = ThreadGovernor(n_threads)
         self._defaults: Decoding = decide(
             preset_decoding(DEFAULT, has_river=self.has_river),
             n_layer=self.n_layer,
@@ -227,6 +243,15 @@ class RiverModel:
         """What computes: river_cpp.engine's graph or llama.cpp backbone; ValueError once closed."""
         self._check_open()
         return self._backbone
+
+    @property
+    def prompt_cache(self) -> Optional[PromptCache]:
+        """The prompt cache across requests (None: none); see __init__'s prompt_cache."""
+        return self._backbone.prompt_cache
+
+    @prompt_cache.setter
+    def prompt_cache(self, value: Any) -> None:
+        self._backbone.prompt_cache = make_prompt_cache(value)
 
     @property
     def engine(self) -> _core.Engine:
@@ -498,7 +523,17 @@ class RiverModel:
                 yield from stream
             finally:
                 stream.close()
+                self._keep_in_prompt_cache()
         return stream.result
+
+    def _keep_in_prompt_cache(self) -> None:
+        """Save the sequence the backbone holds after a generation into the prompt cache."""
+        cache = None if self._backbone.closed else self._backbone.prompt_cache
+        if cache is not None:
+            try:
+                cache.save(self._backbone)
+            except (_core.RiverError, OSError, ValueError) as error:  # a cache never fails a request
+                warnings.warn(f"prompt cache: the sequence was not saved: {error}", RuntimeWarning, stacklevel=2)
 
     def create_completion(self, prompt: Union[str, Sequence[int]], **options: Any):
         """An OpenAI-shaped text completion (llama-cpp-python's create_completion);

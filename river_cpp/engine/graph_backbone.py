@@ -13,7 +13,7 @@ import os
 import sys
 import weakref
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -27,6 +27,10 @@ from river_cpp.engine.policy import ExitPolicy, check_policy
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
 from river_cpp.engine.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
 from river_cpp.engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from river_cpp._cpus import ThreadGovernor
+    from river_cpp.engine.prompt_cache import PromptCache
 
 DEFAULT_N_BATCH = 512
 PREFILL_MODES = ("exit", "backbone")
@@ -86,6 +90,11 @@ class GraphBackbone:
     """A GGUF run by river-cpp's graph, with an optional river on its KV cache."""
 
     kind = "graph"
+    # Set by the facade (RiverModel): the prompt cache across requests, and the thread
+    # count's governor (river_cpp._cpus.ThreadGovernor); None: neither.
+    prompt_cache: Optional[PromptCache] = None
+    governor: Optional[ThreadGovernor] = None
+    _state_key: Optional[str] = None
     seed: Optional[int] = None
 
     def __init__(
@@ -376,7 +385,40 @@ class GraphBackbone:
             if token != cached or depth != self.n_layer:
                 break
             n += 1
+        if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
+            n = self.prompt_cache.restore(self, ids, cached=n)
         return n
+
+    # ---------------------------------------------------------------- prompt cache
+
+    def state_key(self) -> str:
+        """What a saved state is valid for (river_cpp.engine.prompt_cache): the backbone
+        file's identity and the cache's layout; the river's rows share the cache, and
+        only positions the full backbone computed are saved."""
+        if self._state_key is None:
+            from river_cpp.engine.cache import file_identity
+
+            identity = file_identity(Path(self.model_path))
+            self._state_key = (
+                f"graph:{identity['size']}:{identity['mtime_ns']}:{identity['head_sha256'][:16]}:"
+                f"{self.n_layer}:{self.engine.n_embd_kv}:f16"
+            )
+        return self._state_key
+
+    def prefix_state(self) -> tuple[list[int], bytes]:
+        """The cached positions the full backbone computed, from the first on, and their K/V."""
+        n = 0
+        for depth in self._cached_depths:
+            if depth != self.n_layer:
+                break
+            n += 1
+        return self._cached_ids[:n], self.engine.save_kv(n) if n else b""
+
+    def restore_prefix(self, ids: Sequence[int], state: bytes) -> None:
+        """Make the cache hold `ids` from the K/V prefix_state returned for them."""
+        self.engine.load_kv(len(ids), state)
+        self._cached_ids[:] = [int(t) for t in ids]
+        self._cached_depths[:] = [self.n_layer] * len(ids)
 
     def forward(
         self,
@@ -415,6 +457,10 @@ class GraphBackbone:
         check_fits(int(ids.size), self.n_ctx, cached=self.n_past, room=0)
         if self._remote_devices:
             self._check_servers()
+        if self.governor is not None:  # fewer threads while other processes hold CPUs
+            n_threads = self.governor.threads()
+            if n_threads != self.engine.n_threads:
+                self.engine.n_threads = n_threads
         logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), exit_config)
         self._cached_ids.extend(int(t) for t in ids)
         self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)

@@ -28,6 +28,9 @@ from river_cpp.engine.tokenizer import Tokenizer
 if TYPE_CHECKING:
     import llama_cpp
 
+    from river_cpp._cpus import ThreadGovernor
+    from river_cpp.engine.prompt_cache import PromptCache
+
 N_BATCH = 512
 
 _default_params_lock = threading.Lock()
@@ -90,6 +93,11 @@ class LlamaCppBackbone:
     """A GGUF run by llama.cpp's own context, as a river-cpp backbone."""
 
     kind = "llama.cpp"
+    # Set by the facade (RiverModel), as on the graph backbone.
+    prompt_cache: Optional[PromptCache] = None
+    governor: Optional[ThreadGovernor] = None
+    _state_key: Optional[str] = None
+    _applied_threads = 0
     seed: Optional[int] = None
     has_river = False
     river_path = None
@@ -245,7 +253,48 @@ class LlamaCppBackbone:
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """How many leading `ids` the cache holds (every position is the full model's)."""
-        return common_prefix(ids, self.cached_ids)
+        n = common_prefix(ids, self.cached_ids)
+        if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
+            n = self.prompt_cache.restore(self, ids, cached=n)
+        return n
+
+    # ---------------------------------------------------------------- prompt cache
+
+    def state_key(self) -> str:
+        """What a saved state is valid for (river_cpp.engine.prompt_cache): the file's
+        identity, in llama.cpp's own sequence-state format."""
+        if self._state_key is None:
+            from river_cpp.engine.cache import file_identity
+
+            identity = file_identity(Path(self.model_path))
+            self._state_key = (
+                f"llama.cpp:{identity['size']}:{identity['mtime_ns']}:{identity['head_sha256'][:16]}:{self.n_layer}"
+            )
+        return self._state_key
+
+    def prefix_state(self) -> tuple[list[int], bytes]:
+        """The cached sequence and llama.cpp's state of it (llama_state_seq_get_data)."""
+        import llama_cpp
+
+        ctx = self.llama.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
+        return self.cached_ids, bytes(buffer[:written])
+
+    def restore_prefix(self, ids: Sequence[int], state: bytes) -> None:
+        """Make the cache hold `ids` from the state prefix_state returned for them."""
+        import llama_cpp
+
+        llama = self.llama
+        llama._ctx.kv_cache_seq_rm(-1, 0, -1)
+        llama.n_tokens = 0
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(llama.ctx, buffer, len(state), 0) != len(state):
+            llama._ctx.kv_cache_seq_rm(-1, 0, -1)
+            raise ValueError("llama.cpp refused the saved sequence state")
+        llama.input_ids[: len(ids)] = list(ids)
+        llama.n_tokens = len(ids)
 
     def forward(
         self,
@@ -271,6 +320,13 @@ class LlamaCppBackbone:
         if not all(0 <= t < n_vocab for t in ids):
             raise ValueError(f"token ids must be in [0, {n_vocab})")
         logits = np.empty((1 if last_only else len(ids), n_vocab), dtype=np.float32)
+        if self.governor is not None:  # fewer threads while other processes hold CPUs
+            n_threads = self.governor.threads()
+            if n_threads != self._applied_threads:
+                import llama_cpp
+
+                llama_cpp.llama_set_n_threads(llama.ctx, n_threads, n_threads)
+                self._applied_threads = n_threads
         llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
         for start in range(0, len(ids), N_BATCH):
             batch = ids[start : start + N_BATCH]

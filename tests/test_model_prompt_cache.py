@@ -1,0 +1,73 @@
+"""RiverModel(prompt_cache=...): a request whose prompt begins as an earlier one did
+loads that prefix instead of computing it, and gives the tokens a fresh model gives, on
+river-cpp's graph and on llama.cpp's backbone; a damaged cache file is skipped."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from river_cpp import RiverModel
+from river_cpp.engine.prompt_cache import PromptCache
+
+DOC_A = list(range(300, 360))
+DOC_B = list(range(700, 760))
+
+
+def _greedy(model: RiverModel, ids: list[int]) -> list[int]:
+    return model.generate(ids, max_tokens=12, temperature=0.0, speculative=False).token_ids
+
+
+@pytest.mark.parametrize("engine", ["graph", "llama.cpp"])
+def test_reuse_gives_the_fresh_tokens(tiny_llama, engine):
+    prompts = [DOC_A + [11, 12], DOC_B + [13], DOC_A + [14, 15, 16], DOC_B + [17, 18]]
+    with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, engine=engine) as fresh:
+        expected = []
+        for ids in prompts:
+            fresh.reset()
+            expected.append(_greedy(fresh, ids))
+    cache = PromptCache(min_tokens=8)
+    with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, engine=engine, prompt_cache=cache) as model:
+        got = [_greedy(model, ids) for ids in prompts]  # A, B, then A and B again: each from the cache
+        assert model.prompt_cache is cache
+    assert got == expected
+    assert cache.hits == 2 and cache.reused_tokens >= 2 * 60
+
+
+def test_a_disk_cached_prefix_after_a_restart_and_a_damaged_file(tiny_llama, tmp_path, caplog):
+    ids = DOC_A + [11, 12]
+    with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, prompt_cache=tmp_path) as model:
+        first = _greedy(model, ids)
+    (path,) = tmp_path.glob("*.rvpc")
+    with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, prompt_cache=tmp_path) as restarted:
+        assert _greedy(restarted, DOC_A + [11, 12]) == first
+        assert restarted.prompt_cache.reused_tokens == len(ids) - 1
+    path.write_bytes(path.read_bytes()[:-100])  # truncated
+    with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, prompt_cache=tmp_path) as damaged:
+        with caplog.at_level(logging.WARNING, logger="river_cpp.engine.prompt_cache"):
+            assert _greedy(damaged, ids) == first
+        assert damaged.prompt_cache.reused_tokens == 0
+    assert "prompt cache: ignoring" in caplog.text
+
+
+def test_bad_prompt_cache_option(tiny_llama):
+    with pytest.raises(TypeError, match="prompt_cache must be"):
+        RiverModel(tiny_llama, river=None, n_ctx=64, n_threads=1, prompt_cache=2.5)
+
+
+def test_llama_set_cache_takes_llama_cpp_python_caches(tiny_llama):
+    import llama_cpp
+
+    import river_cpp
+
+    with river_cpp.Llama(model_path=str(tiny_llama), n_ctx=256, n_threads=1, verbose=False) as llm:
+        llm.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=1 << 24))
+        cache = llm._river.prompt_cache
+        assert isinstance(cache, PromptCache) and cache.ram_bytes == 1 << 24
+        first = llm.create_completion(DOC_A + [11], max_tokens=4, temperature=0.0)["choices"][0]["text"]
+        llm.create_completion(DOC_B + [12], max_tokens=4, temperature=0.0)
+        again = llm.create_completion(DOC_A + [11], max_tokens=4, temperature=0.0)["choices"][0]["text"]
+        assert again == first and cache.hits >= 1
+        llm.set_cache(None)
+        assert llm._river.prompt_cache is None
