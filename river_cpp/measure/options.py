@@ -3,7 +3,7 @@ threads, the prompt set and how many of its prompts, and the tokens to generate.
 
 The scripts in benchmarks/ build their parsers from these; `-t` is the CLI's own
 declaration (river_cpp.apps.cli._common.add_threads_argument), so that it means the
-same and defaults the same everywhere (all cores).
+same and defaults the same everywhere (the physical performance cores).
 """
 
 from __future__ import annotations

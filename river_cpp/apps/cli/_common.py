@@ -21,7 +21,7 @@ def add_common_arguments(
 ) -> None:
     """The options most subcommands share, declared once with one default each:
     --model/-m (`model` names the file it wants; None: no such option; not given:
-    the demo model), --threads/-t (default: all cores),
+    the demo model), --threads/-t (default: the physical performance cores),
     --tokens N and --prompts N (where a default is given, with what they count)."""
     if model is not None:
         p.add_argument("--model", "-m", metavar="PATH", help=f"{model} (default: the demo model, F16)")
@@ -35,12 +35,17 @@ def add_common_arguments(
 
 def add_threads_argument(p: argparse.ArgumentParser) -> None:
     """--threads/-t, the one declaration of it (the CLI's and the benchmarks'): CPU
-    threads, ours and any peer's; default every core this process may use."""
+    threads, ours and any peer's; default the physical performance cores this process may use."""
     from river_cpp._cpus import default_n_threads
 
     threads = default_n_threads()
     p.add_argument(
-        "--threads", "-t", type=int, default=threads, metavar="N", help=f"CPU threads (default: all cores, {threads})"
+        "--threads",
+        "-t",
+        type=int,
+        default=threads,
+        metavar="N",
+        help=f"CPU threads (default: the physical performance cores, {threads})",
     )
 
 

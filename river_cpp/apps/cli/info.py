@@ -17,7 +17,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a GGUF backbone: also say which backbone runs it, and which river the default builds for it and why "
         "(times it the first time)",
     )
-    p.add_argument("--threads", "-t", type=int, metavar="N", help="with MODEL: CPU threads (default: all cores)")
+    p.add_argument(
+        "--threads",
+        "-t",
+        type=int,
+        metavar="N",
+        help="with MODEL: CPU threads (default: the physical performance cores)",
+    )
     p.add_argument("--json", action="store_true", help="print river_cpp.system_info() as JSON")
     p.add_argument(
         "--reprobe", action="store_true", help="probe the CPU's extra buffer types again instead of reading the cache"
