@@ -153,3 +153,34 @@ def test_llama_cpp_backbone_equals_graph_on_f16(qwen05_backbone):
             assert model.backbone_choice.kind == engine
     assert runs["graph"] == runs["llama.cpp"]
     assert np.unique(runs["graph"]).size > 1
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_cli_generates_and_says_which_backbone(foreign_gguf, capsys):
+    from river_cpp.apps.cli import main
+
+    assert main(["generate", "The river", "--model", str(foreign_gguf), "-n", "6", "-t", "2", "-v"]) == 0
+    err = capsys.readouterr().err
+    assert "backbone: llama.cpp" in err
+    assert main(["info", str(foreign_gguf)]) == 0
+    out = capsys.readouterr().out
+    assert "backbone: llama.cpp" in out and "river-cpp's graph builds" in out
+
+
+def test_cli_engine_graph_refuses_a_foreign_file(foreign_gguf, capsys):
+    from river_cpp.apps.cli import main
+
+    argv = ["generate", "Hi", "--model", str(foreign_gguf), "-n", "2", "--engine", "graph", "--river", "none"]
+    assert main(argv) != 0
+    assert "unsupported architecture" in capsys.readouterr().err
+
+
+def test_graph_file_on_llama_cpp_by_choice(tiny_llama4):
+    with RiverModel(tiny_llama4, engine="llama.cpp", n_threads=2) as fallback:
+        assert fallback.backbone_choice.kind == "llama.cpp" and not fallback.has_river
+        ids = fallback.tokenize("Hello there")
+        on_llama_cpp = fallback.generate(ids, max_tokens=12, temperature=0, speculative=False).token_ids
+    with RiverModel(tiny_llama4, engine="graph", river=None, n_threads=2) as graph:
+        assert graph.generate(ids, max_tokens=12, temperature=0, speculative=False).token_ids == on_llama_cpp
