@@ -284,7 +284,8 @@ def test_cli_bench_backbone_only_without_peers(tiny_llama4, capsys):
     ]
     assert main(argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| backbone |")]
-    assert len(rows) == 2
+    assert len(rows) == 3  # pp4, tg2, and its whole request
+    assert rows[0].split(" | ")[2] == "pp4" and rows[1].split(" | ")[2] == "tg2" and len(rows[2].split(" | ")) == 3
 
 
 @pytest.mark.parametrize(
