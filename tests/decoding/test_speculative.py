@@ -129,9 +129,12 @@ def test_the_model_drafting_for_itself_accepts_everything(tiny_llama):
 @pytest.mark.slow
 def test_real_model_greedy_identity(demo_backbone, river_cache):
     """The demo model with a Q8_0 and a Q4_0 river (a Q8_0 head) drafting, at a fixed
-    length (the adaptive one rightly drafts little on this model)."""
+    length (the adaptive one rightly drafts little on this model). Its backbone is F16:
+    exact="bitwise" makes every verify row the plain step's, so the tokens are identical."""
     for river in ("q8_0", "q4_0"):
-        with RiverModel(demo_backbone, n_ctx=256, n_threads=1, river=river, river_head="q8_0") as model:
+        with RiverModel(
+            demo_backbone, n_ctx=256, n_threads=1, river=river, river_head="q8_0", exact="bitwise"
+        ) as model:
             prompt = model.tokenizer.apply_chat_template(
                 [{"role": "user", "content": "Write a short poem about a river and the sea."}]
             )
@@ -139,7 +142,7 @@ def test_real_model_greedy_identity(demo_backbone, river_cache):
             model.reset()
             spec = Speculative(draft="river", max_draft=4, adaptive=False)
             result = model.generate(prompt, max_tokens=48, speculative=spec)
-            assert_backbone_tokens(model, prompt, expected, result.token_ids)
+            assert result.token_ids == expected
             assert len(result.token_ids) == 48
             assert result.speculative.acceptance_rate > 0.5
 
