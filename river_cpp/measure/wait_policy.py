@@ -3,7 +3,8 @@
 costs on an idle machine and what it keeps under load.
 
 Each measurement is a fresh Python process (an OpenMP runtime reads its wait settings
-once, when it loads), running our plain decoding with the given threads, or
+once, when it loads), running our plain decoding with the given threads (fixed, or with its ThreadGovernor
+in the "river-cpp default" row), or
 llama-cpp-python alone with its own default threads (it does not import river_cpp, so
 it runs under the runtime's defaults, as in a user's own process). "Loaded" runs
 start `busy` processes that spin on the CPU first, and end them after. Policies and
@@ -35,7 +36,8 @@ import json, sys
 import river_cpp
 from river_cpp import RiverModel
 path, n_threads, n_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with RiverModel(path, n_threads=n_threads, n_ctx=1024, river=None, progress=False) as model:
+adapt = sys.argv[5] == "adapt"
+with RiverModel(path, n_threads=n_threads, n_ctx=1024, river=None, progress=False, adapt_threads=adapt) as model:
     prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": sys.argv[4]}])
     model.generate(prompt, max_tokens=4, speculative=False)
     result = model.generate(prompt, max_tokens=n_tokens, speculative=False)
@@ -58,10 +60,17 @@ print(json.dumps({"tokens_per_s": rate, "n_threads": llama.context_params.n_thre
 
 
 def run_once(
-    model: str, policy: Mapping[str, str], *, engine: str, n_threads: int, n_tokens: int, busy: int
+    model: str,
+    policy: Mapping[str, str],
+    *,
+    engine: str,
+    n_threads: int,
+    n_tokens: int,
+    busy: int,
+    adapt: bool = False,
 ) -> dict[str, float]:
     """One fresh process's decode speed ({"tokens_per_s", "n_threads"}) under `policy`,
-    beside `busy` spinning processes."""
+    beside `busy` spinning processes; `adapt`: ours with its ThreadGovernor."""
     env = {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT_VARIABLES}
     env.update(policy)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
@@ -69,7 +78,7 @@ def run_once(
         time.sleep(0.5 if busy else 0.0)
         code = _OURS if engine == "river-cpp" else _LLAMA
         done = subprocess.run(
-            [sys.executable, "-c", code, model, str(n_threads), str(n_tokens), PROMPT],
+            [sys.executable, "-c", code, model, str(n_threads), str(n_tokens), PROMPT, "adapt" if adapt else "fixed"],
             env=env,
             capture_output=True,
             text=True,
@@ -93,16 +102,20 @@ def measure(
     llama_peer: bool = True,
     progress: Callable[[str], None] = print,
 ) -> dict[str, dict[str, list[float]]]:
-    """row -> {"idle": [tokens/s ...], "loaded": [...]}: a row per policy of ours, and
+    """row -> {"idle": [tokens/s ...], "loaded": [...]}: a row per policy of ours at a
+    fixed thread count, "river-cpp default" (its policy and its ThreadGovernor), and
     "llama-cpp-python default" (its default threads, the runtime's default policy)."""
-    rows = [(name, "river-cpp", POLICIES[name]) for name in (policies or list(POLICIES))]
+    rows = [(name, "river-cpp", POLICIES[name], False) for name in (policies or list(POLICIES))]
+    rows.append(("river-cpp default", "river-cpp", POLICIES["river-cpp"], True))
     if llama_peer:
-        rows.append(("llama-cpp-python default", "llama", {}))
-    results: dict[str, dict[str, list[float]]] = {name: {"idle": [], "loaded": []} for name, _, _ in rows}
+        rows.append(("llama-cpp-python default", "llama", {}, False))
+    results: dict[str, dict[str, list[float]]] = {name: {"idle": [], "loaded": []} for name, *_ in rows}
     for _ in range(repetitions):
         for load, n_busy in (("idle", 0), ("loaded", busy)):
-            for name, engine, policy in rows:
-                out = run_once(model, policy, engine=engine, n_threads=n_threads, n_tokens=n_tokens, busy=n_busy)
+            for name, engine, policy, adapt in rows:
+                out = run_once(
+                    model, policy, engine=engine, n_threads=n_threads, n_tokens=n_tokens, busy=n_busy, adapt=adapt
+                )
                 results[name][load].append(out["tokens_per_s"])
                 progress(f"{name:26s} {load:6s} {out['n_threads']} threads  {out['tokens_per_s']:6.2f} tokens/s")
     return results
