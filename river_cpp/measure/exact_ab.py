@@ -1,8 +1,8 @@
 """What exact rows cost and give: per exact mode ("off", ggml's kernels by batch size,
 as before issue 40; "on", the default; "bitwise"), the default's and plain decoding's
-speed (whole answers, the prompt's prefill included) over the grounded and chat prompt sets,
-and how many default answers equal the
-plain ones token for token (benchmarks/exact_ab.py is its command line).
+speed (whole answers, the prompt's prefill included) over the grounded and chat prompt
+sets, and how many default answers equal the plain ones token for token
+(benchmarks/exact_ab.py is its command line).
 
 The modes are loaded side by side and interleaved prompt by prompt, so a machine's
 drift falls on all of them alike; times are wall-clock and valid on a quiet machine only.
