@@ -68,6 +68,8 @@ def bytes_only_timings(path, river_types, *, n_threads):
     return river_cpp.engine.river_choice.Timings({1: 1.0}, {t: river_bytes[t] / backbone_bytes for t in river_types})
 
 
+# the real timing, for the test of the timing itself (tests/engine/test_river_choice.py)
+REAL_TIME_COSTS = river_cpp.engine.river_choice.time_costs
 river_cpp.engine.river_choice.time_costs = bytes_only_timings
 # ... kept apart from the real timings of the same files in the user's cache folder
 river_cpp.engine.river_choice.CACHE_FOLDER = "river-choice-tests"

@@ -309,6 +309,10 @@ class GraphBackbone:
     def tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of `text` (llama.cpp's tokenizer for this GGUF)."""
+        return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
+
     @property
     def policy(self) -> ExitPolicy:
         """Forwards that name no policy run the full backbone."""

@@ -183,3 +183,14 @@ def test_a_lossy_policy_gets_a_river_whether_drafting_pays_or_not(tiny_llama4, r
     monkeypatch.setattr(river_choice, "time_costs", _no_river_pays)
     with RiverModel(tiny_llama4, n_ctx=32, policy=ExitPolicy.at_layer(0)) as model:
         assert model.has_river and model.river_choice is None
+
+
+def test_the_real_timing_runs_on_the_graph_backbone(tiny_llama4, river_cache):
+    """time_costs itself (the other tests hand the choice fixed timings): the backbone's
+    verify curve and one river type's drafted token, on a GraphBackbone of its own."""
+    from conftest import REAL_TIME_COSTS
+
+    curve = REAL_TIME_COSTS(tiny_llama4, (), n_threads=1)
+    assert curve.verify[1] == 1.0 and all(v >= 1.0 for v in curve.verify.values()) and len(curve.verify) > 2
+    costs = REAL_TIME_COSTS(tiny_llama4, ("q2_k",), n_threads=1)
+    assert costs.draft_cost["q2_k"] > 0
