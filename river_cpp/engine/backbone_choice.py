@@ -17,6 +17,14 @@ LLAMA_CPP = "llama.cpp"
 ENGINES = ("auto", GRAPH, LLAMA_CPP)
 
 
+def _llama_cpp_architectures() -> frozenset[str]:
+    """The general.architecture names of llama.cpp's converters (gguf-py, the package
+    that writes GGUFs for the llama.cpp we load)."""
+    import gguf
+
+    return frozenset(gguf.MODEL_ARCH_NAMES.values())
+
+
 @dataclass(frozen=True)
 class BackboneChoice:
     """The backbone a file runs on (GRAPH or LLAMA_CPP), its architecture, and why."""
@@ -39,14 +47,17 @@ def choose_backbone(path: Union[str, os.PathLike], engine: str = "auto") -> Back
     try:
         arch = str(read_gguf_info(path).arch)
     except (KeyError, ValueError, OSError, _core.RiverError):
-        # a header the graph's loader will describe in its own error
-        arch = "?"
+        arch = "?"  # a header the graph's loader describes in its own error
     if engine == GRAPH:
         return BackboneChoice(GRAPH, arch, "asked for (engine='graph')")
     if engine == LLAMA_CPP:
         return BackboneChoice(LLAMA_CPP, arch, "asked for (engine='llama.cpp')")
-    if arch in built or arch == "?":
+    if arch in built:
         return BackboneChoice(GRAPH, arch, f"river-cpp's graph builds '{arch}': the river and its exits are available")
+    if arch not in _llama_cpp_architectures():
+        # not a name llama.cpp knows either (a damaged header, a typo): the graph's loader
+        # says what is wrong with it and which architectures it builds
+        return BackboneChoice(GRAPH, arch, "an architecture neither backbone knows")
     return BackboneChoice(
         LLAMA_CPP,
         arch,
