@@ -15,25 +15,13 @@ from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from river_cpp._cpus import default_n_threads
 from river_cpp.engine import llama_backbone
-from river_cpp.engine.llama_backbone import LlamaCppBackbone, extra_bufts_note
+from river_cpp.engine.llama_backbone import LlamaCppBackbone
 from river_cpp.engine.policy import ExitPolicy
 
 if TYPE_CHECKING:
     import llama_cpp
 
 N_BATCH = llama_backbone.N_BATCH
-
-
-def peer_note() -> Optional[str]:
-    """Why llama.cpp peers run without the CPU's extra buffer types in this process;
-    None when they use them."""
-    return extra_bufts_note()
-
-
-def load_llama(path: Union[str, os.PathLike], **options) -> llama_cpp.Llama:
-    """llama_cpp.Llama on the CPU extra buffer types the probe allows
-    (river_cpp.engine.llama_backbone.load_llama)."""
-    return llama_backbone.load_llama(path, **options)
 
 
 def load_prompt_lookup(
@@ -44,7 +32,7 @@ def load_prompt_lookup(
     compare with."""
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    return load_llama(
+    return llama_backbone.load_llama(  # through the module: the tests make it CPU-only there
         path,
         cpu_only=cpu_only,
         n_ctx=n_ctx,

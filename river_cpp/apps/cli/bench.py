@@ -70,8 +70,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from river_cpp.engine.llama_backbone import extra_bufts_note
     from river_cpp.measure.bench import DEFAULT_PEERS, default_configs, measure
-    from river_cpp.measure.llama_peer import peer_note
 
     if args.json and not Path(args.json).parent.is_dir():  # found out before the run, not after it
         raise FileNotFoundError(f"no folder for --json: {Path(args.json).parent}")
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         n_gpu_layers=args.n_gpu_layers,
     )
     print(report.table())
-    note = peer_note()
+    note = extra_bufts_note()
     if note:
         print(f"note: {note}")
     if args.json:

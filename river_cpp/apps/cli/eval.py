@@ -100,11 +100,11 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from river_cpp.engine._ggml import set_ggml_verbosity
+    from river_cpp.engine.llama_backbone import extra_bufts_note
     from river_cpp.engine.tokenizer import Tokenizer
     from river_cpp.measure import comparison as cmp
     from river_cpp.measure.bench import DEFAULT_PEERS, BenchReport, measure
     from river_cpp.measure.corpus import load_corpus, token_chunks
-    from river_cpp.measure.llama_peer import peer_note
     from river_cpp.measure.pareto import plot_pareto, speed_ratios
 
     for option in (args.json, args.plot):  # found out before the run, not after it
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             )
             print(bench.table())
     print(result.table())
-    note = None if args.from_json or not (ladder or args.measure_speed) else peer_note()
+    note = None if args.from_json or not (ladder or args.measure_speed) else extra_bufts_note()
     if note:
         print(f"note: {note}")
     print()
