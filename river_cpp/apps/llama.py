@@ -31,6 +31,7 @@ from river_cpp.apps import llama_compat as compat
 from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
 from river_cpp.decoding.sampling import Sampler, SamplingParams
+from river_cpp.engine.backbone import common_prefix
 from river_cpp.engine.gguf_info import read_gguf_info
 from river_cpp.engine.tokenizer import Tokenizer
 from river_cpp.model import RiverModel
@@ -807,12 +808,7 @@ class Llama:
     @staticmethod
     def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         """How many leading tokens `a` and `b` share."""
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
+        return common_prefix(a, b)
 
     def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
         """create_chat_completion's answer as the openai package's ChatCompletion (or

@@ -57,14 +57,3 @@ def verify_drafts(
         if chosen != token:
             return j, chosen
     return len(drafts), sample(target(len(drafts)), uniforms[len(drafts)])
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two sequences share: of an offer nobody drafted, the
-    drafts a verify against the tokens emitted would have kept."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -27,7 +27,7 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.decoding.acceptance import Distribution, common_prefix, verify_drafts
+from river_cpp.decoding.acceptance import Distribution, verify_drafts
 from river_cpp.decoding.draft_guard import RoundGuard
 from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
 from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS, memory_of
@@ -47,7 +47,7 @@ from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.decoding.sampling import NoLegalToken, Sampler
 from river_cpp.decoding.steps import Step, prefill
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
-from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.backbone import Backbone, common_prefix
 from river_cpp.engine.policy import ExitPolicy
 
 DEFAULT_MAX_DRAFT = 8

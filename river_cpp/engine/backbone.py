@@ -113,11 +113,11 @@ def check_n_past(n_past: object, held: int) -> int:
     return int(n_past)
 
 
-def common_prefix(ids: Sequence[int], cached: Sequence[int]) -> int:
-    """How many leading `ids` equal `cached`'s, at most len(ids) - 1 (the last must run)."""
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
     n = 0
-    for token, held in zip(ids[:-1], cached):
-        if token != held:
+    for x, y in zip(a, b):
+        if x != y:
             break
         n += 1
     return n

@@ -253,7 +253,7 @@ class LlamaCppBackbone:
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """How many leading `ids` the cache holds (every position is the full model's)."""
-        n = common_prefix(ids, self.cached_ids)
+        n = common_prefix(ids[:-1], self.cached_ids)  # the last must run
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
             n = self.prompt_cache.restore(self, ids, cached=n)
         return n

@@ -36,11 +36,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.acceptance import common_prefix
 from river_cpp.decoding.draft_length import DraftLength
 from river_cpp.decoding.drafts import copy_source, ngram_source, top_probability
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
 from river_cpp.decoding.speculative import Speculative, new_draft_length, observe_round
+from river_cpp.engine.backbone import common_prefix
 from river_cpp.engine.policy import ExitPolicy
 from river_cpp.measure.corpus import prompt_set
 from river_cpp.measure.costs import verify_costs

@@ -27,8 +27,8 @@ from typing import Optional, Sequence
 
 from river_cpp import RiverModel, Speculative
 from river_cpp._child import python_command
-from river_cpp.decoding.acceptance import common_prefix
 from river_cpp.decoding.decision import default_draft
+from river_cpp.engine.backbone import common_prefix
 from river_cpp.measure.corpus import prompt_set
 
 SETS = ("chat", "grounded")

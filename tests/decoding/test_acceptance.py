@@ -6,7 +6,8 @@ rejection is distributed as p without x."""
 import numpy as np
 import pytest
 
-from river_cpp.decoding.acceptance import common_prefix, sample, verify_drafts
+from river_cpp.decoding.acceptance import sample, verify_drafts
+from river_cpp.engine.backbone import common_prefix
 
 
 def dist(probs: dict) -> tuple[np.ndarray, np.ndarray]:
