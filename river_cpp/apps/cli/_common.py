@@ -49,6 +49,26 @@ def add_threads_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_prompt_cache_argument(p: argparse.ArgumentParser, *, default: int, held: str) -> None:
+    """--prompt-cache BYTES, the one declaration of it (chat, serve): a RAM prompt cache
+    of the KV states `held` names ("earlier requests'"), default `default` bytes."""
+    p.add_argument(
+        "--prompt-cache",
+        type=int,
+        default=default,
+        metavar="BYTES",
+        help=f"keep {held} KV states in this much RAM and reuse the longest cached prefix of each "
+        f"prompt (default {default >> 30} GiB; 0: only the sequence the model holds)",
+    )
+
+
+def prompt_cache_bytes(args: argparse.Namespace) -> Optional[int]:
+    """--prompt-cache's value as RiverModel's prompt_cache (None: no cache); ValueError below 0."""
+    if args.prompt_cache < 0:
+        raise ValueError(f"--prompt-cache must be a byte count >= 0, got {args.prompt_cache}")
+    return args.prompt_cache or None
+
+
 def add_hf_argument(p: argparse.ArgumentParser) -> None:
     """-hf REPO[:QUANT], llama.cpp's option: a GGUF from the Hugging Face Hub instead of --model."""
     p.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from river_cpp.apps.cli._common import add_prompt_cache_argument, prompt_cache_bytes
 from river_cpp.apps.cli.generate import (
     add_model_arguments,
     add_sampling_arguments,
@@ -25,14 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-tokens", "-n", type=int, default=512, metavar="N", help="most tokens per answer (default 512)"
     )
-    p.add_argument(
-        "--prompt-cache",
-        type=int,
-        default=1 << 30,
-        metavar="BYTES",
-        help="keep earlier turns' KV states in this much RAM, across /reset, and reuse the longest cached prefix "
-        "of each prompt (default 1 GiB; 0: only the conversation the model holds)",
-    )
+    add_prompt_cache_argument(p, default=1 << 30, held="earlier turns' (across /reset)")
     add_sampling_arguments(p, kind="repl")
     add_model_arguments(p)
     add_speculative_arguments(p)
@@ -45,11 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_tokens <= 0:
         raise ValueError(f"--max-tokens must be positive, got {args.max_tokens}")
-    if args.prompt_cache < 0:
-        raise ValueError(f"--prompt-cache must be a byte count >= 0, got {args.prompt_cache}")
+    prompt_cache = prompt_cache_bytes(args)
     chosen = cli_decoding(args, kind="repl")
-    with open_model(args, chosen) as model:
-        model.prompt_cache = args.prompt_cache or None
+    with open_model(args, chosen, prompt_cache=prompt_cache) as model:
         session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, sampling=chosen.sampling)
         min_layer = preset(args.preset).min_layer if args.min_layer is None else args.min_layer
         return repl(session, min_layer=min_layer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from river_cpp.apps.cli._common import add_prompt_cache_argument, prompt_cache_bytes
 from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, cli_decoding, open_model
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
@@ -48,14 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="draft from earlier requests' prompts and outputs (the model's draft memory): faster on "
         "repeated work, but one client's text then shapes another's timing",
     )
-    p.add_argument(
-        "--prompt-cache",
-        type=int,
-        default=2 << 30,
-        metavar="BYTES",
-        help="keep earlier requests' KV states in this much RAM and reuse the longest cached prefix of each "
-        "prompt (default 2 GiB; 0: only the sequence the model holds)",
-    )
+    add_prompt_cache_argument(p, default=2 << 30, held="earlier requests'")
     p.add_argument(
         "--share-prompt-cache",
         action="store_true",
@@ -84,17 +78,10 @@ def run(args: argparse.Namespace) -> int:
         share_prompt_cache=args.share_prompt_cache,
         **{name: value for name, value in limits.items() if value is not None},
     )
-    if args.prompt_cache < 0:
-        raise ValueError(f"--prompt-cache must be a byte count >= 0, got {args.prompt_cache}")
+    prompt_cache = prompt_cache_bytes(args)
     config.check()  # before loading anything
     # The served model's defaults: what a request whose `river` field does not say decodes with.
     chosen = cli_decoding(args)  # resolves -hf into args.model
     model_id = args.alias or os.path.basename(args.model)
-    serve(lambda: _with_prompt_cache(open_model(args, chosen), args.prompt_cache), config, model_id)
+    serve(lambda: open_model(args, chosen, prompt_cache=prompt_cache), config, model_id)
     return 0
-
-
-def _with_prompt_cache(model, ram_bytes: int):
-    """The served model with a RAM prompt cache of `ram_bytes` (0: none)."""
-    model.prompt_cache = ram_bytes or None
-    return model
