@@ -2,7 +2,7 @@
 decoding's speed, and identical answers, with exact="off" (ggml's kernels by batch
 size, as before issue 40), "on" (the default) and "bitwise", interleaved prompt by prompt.
 
-    python benchmarks/exact_ab.py -m MODEL.gguf [-t 2] [--prompts 16] [--tokens 256]
+    python benchmarks/exact_ab.py -m MODEL.gguf [-t 2] [--prompts 16] [--chat-prompts 10] [--tokens 256]
 
 On a quiet machine only (`uptime`); --json writes the summaries.
 """
@@ -14,14 +14,15 @@ import json
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure.exact_ab import MODES, run
+from river_cpp.measure.exact_ab import MODES, PROMPTS, run
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", required=True, metavar="PATH", help="backbone GGUF")
     add_threads_argument(parser)
-    parser.add_argument("--prompts", type=int, default=16, help="prompts per set (16)")
+    parser.add_argument("--prompts", type=int, default=PROMPTS["grounded"], help="input-grounded prompts (16)")
+    parser.add_argument("--chat-prompts", type=int, default=PROMPTS["chat"], help="chat prompts (10)")
     parser.add_argument("--tokens", type=int, default=256, help="most tokens per answer (256)")
     parser.add_argument("--modes", default=",".join(MODES), help="exact modes (off,on,bitwise)")
     parser.add_argument("--json", metavar="OUT")
@@ -29,7 +30,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     runs = run(
         args.model,
         modes=args.modes.split(","),
-        n_prompts=args.prompts,
+        prompts={"grounded": args.prompts, "chat": args.chat_prompts},
         max_tokens=args.tokens,
         n_threads=args.threads,
     )

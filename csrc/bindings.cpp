@@ -25,7 +25,7 @@ namespace {
 using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, bool last_only,
-                                  const river::ExitConfig * exit) {
+                                  const river::ExitConfig * exit, bool prompt) {
     if (ids.ndim() != 1) {
         throw river::Error("token ids must be a 1-D sequence");
     }
@@ -36,7 +36,7 @@ py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, b
     float * out = logits.mutable_data();
     {
         py::gil_scoped_release release;
-        engine.forward(id_data, n, last_only, exit, out);
+        engine.forward(id_data, n, last_only, exit, out, prompt);
     }
     return logits;
 }
@@ -272,8 +272,9 @@ PYBIND11_MODULE(_core, m) {
              py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true,
              py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows)
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
+             py::arg("prompt") = false,
              "Append ids and return their logits; tokens leave the backbone as `exit` (an ExitConfig) says, "
-             "None: the full backbone.")
+             "None: the full backbone. prompt: the ids are a prompt (see EngineParams::exact_rows).")
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
         .def("check_files", &river::Engine::check_files,

@@ -299,7 +299,8 @@ void Engine::check_exit(const ExitConfig & config) const {
 
 // ---------------------------------------------------------------- forward
 
-void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits) {
+void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits,
+                     bool prompt) {
     if (n_ids <= 0) {
         throw Error("forward needs at least one token");
     }
@@ -336,7 +337,7 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
             } else if (is_last) {
                 out = logits;
             }
-            const int64_t depth = forward_batch(ids + start, n, last_only, exit, out);
+            const int64_t depth = forward_batch(ids + start, n, last_only, exit, out, prompt);
             last_exit_layers_.insert(last_exit_layers_.end(), n, static_cast<int32_t>(depth));
         }
     } catch (...) {
@@ -374,7 +375,7 @@ void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored
 // Sequence-level exit: the whole batch leaves at the first checked depth where the
 // least similar token passes. Returns the exit depth (n_layer: never left).
 int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, const ExitConfig * exit,
-                              float * logits) {
+                              float * logits, bool prompt) {
     const int64_t n_layer = hp_.n_layer;
     const ExitConfig & config = exit ? *exit : k_full_backbone;
     // Exiting at or after this depth would run no river layer at all.
@@ -388,7 +389,7 @@ int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_o
         return n_layer;
     };
 
-    const BatchData batch = batch_data(ids, n_tokens);
+    const BatchData batch = batch_data(ids, n_tokens, prompt);
     int64_t done = 0;   // backbone layers this batch has run
     last_similarities_.assign(n_layer, std::numeric_limits<float>::quiet_NaN());
     if (depth_limit > 0 && config.thresholds[0] < 1.0f) {
@@ -433,9 +434,10 @@ ggml_tensor * Engine::state_view(ggml_context * ctx, int64_t n_tokens) const {
     return ggml_view_2d(ctx, state_, hp_.n_embd, n_tokens, state_->nb[1], 0);
 }
 
-Engine::BatchData Engine::batch_data(const int32_t * ids, int64_t n_tokens) const {
+Engine::BatchData Engine::batch_data(const int32_t * ids, int64_t n_tokens, bool prompt) const {
     const int64_t n_past = kv_->n_past(), n_ctx = kv_->n_ctx();
     BatchData batch{ids, std::min(GGML_PAD(n_past + n_tokens, k_kv_padding), n_ctx), {}, {}, {}, {}, {}};
+    batch.exact = params_.exact != ExactMode::off && !prompt && n_tokens <= params_.exact_rows;
     const int64_t n_kv = batch.n_kv;
     const float masked = -std::numeric_limits<float>::infinity();
     batch.positions.resize(n_tokens);
@@ -468,7 +470,7 @@ Engine::BatchData Engine::batch_data(const int32_t * ids, int64_t n_tokens) cons
     return batch;
 }
 
-void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * ctx, ggml_cgraph * gf,
+void Engine::build_segment(const Segment & seg, bool last_only, bool exact, ggml_context * ctx, ggml_cgraph * gf,
                            ComputeGraph & out) {
     const int64_t n_tokens = out.in.n_tokens, n_kv = out.in.n_kv;
     BatchInputs & in = out.in;
@@ -484,7 +486,7 @@ void Engine::build_segment(const Segment & seg, bool last_only, ggml_context * c
         ggml_set_input(in.kq_mask_swa);
     }
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
-    g.exact = params_.exact != ExactMode::off && n_tokens <= params_.exact_rows;
+    g.exact = exact;
     g.exact_float_weights = params_.exact == ExactMode::bitwise;
 
     // [n_embd, n_tokens]
@@ -542,6 +544,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     key.last_only = has_head && last_only;
     key.n_tokens = n_tokens;
     key.n_kv = batch.n_kv;
+    key.exact = batch.exact;
 
     const auto start = std::chrono::steady_clock::now();
     bool built = false;
@@ -550,7 +553,7 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
         [&](ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out) {
             out.in.n_tokens = n_tokens;
             out.in.n_kv = batch.n_kv;
-            build_segment(seg, key.last_only, ctx, gf, out);
+            build_segment(seg, key.last_only, key.exact, ctx, gf, out);
         },
         params_.reuse_graphs && n_tokens <= k_max_kept_tokens, built);
     const auto computing = std::chrono::steady_clock::now();

@@ -42,9 +42,10 @@ struct EngineParams {
     // never faults).
     std::vector<std::string> cpu_extra_bufts;
     // Whether a row of a batch is computed as the same token's one-token step computes
-    // it (see ExactMode), in batches of at most exact_rows tokens: decode steps and
-    // verifies (up to 64 forced tokens, the last one and 64 drafted); longer batches
-    // (prompts, the same in every decoding) take ggml's fastest kernels.
+    // it (see ExactMode), in batches of at most exact_rows tokens that are not a
+    // prompt: decode steps and verifies (up to 64 forced tokens, the last one and 64
+    // drafted). Prompts, which every decoding prefills alike, and longer batches take
+    // ggml's fastest kernels.
     ExactMode exact = ExactMode::on;
     int64_t exact_rows = 129;
 };
@@ -127,9 +128,12 @@ public:
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
     // n_vocab per position, or only the last position's row when last_only. Tokens
     // leave the backbone as `exit` says; nullptr (or a model without a river): every
-    // token runs the full backbone. Throws, with the sequence as it was, when a file
-    // changed under its mapping or a logit is NaN or Inf.
-    void forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits);
+    // token runs the full backbone. `prompt`: the ids are a prompt, prefilled alike by
+    // every decoding, so its rows need not equal one-token steps (see exact_rows).
+    // Throws, with the sequence as it was, when a file changed under its mapping or a
+    // logit is NaN or Inf.
+    void forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits,
+                 bool prompt = false);
 
     // Backbone layers each token of the last forward ran (n_layer: never left).
     const std::vector<int32_t> & last_exit_layers() const { return last_exit_layers_; }
@@ -185,17 +189,19 @@ private:
         std::vector<float> kq_mask_swa;   // the same within the sliding window; empty without one
         std::vector<int64_t> k_rows;      // see BatchInputs
         std::vector<int64_t> v_rows;
+        bool exact = false;               // rows computed as one-token steps (EngineParams::exact)
         int64_t n_tokens() const { return static_cast<int64_t>(positions.size()); }
     };
 
     // Throws naming the first lost device, if any.
     void check_devices() const;
     int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, const ExitConfig * exit,
-                          float * logits);
-    BatchData batch_data(const int32_t * ids, int64_t n_tokens) const;
+                          float * logits, bool prompt);
+    BatchData batch_data(const int32_t * ids, int64_t n_tokens, bool prompt) const;
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
     float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
-    void build_segment(const Segment & seg, bool last_only, ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out);
+    void build_segment(const Segment & seg, bool last_only, bool exact, ggml_context * ctx, ggml_cgraph * gf,
+                       ComputeGraph & out);
     // Copies a head's result into rows of n_vocab logits and checks them.
     void read_logits(const ggml_tensor * result, const Segment & seg, float * logits) const;
     // Throws naming the weight set (by the segment's exit depth) when one of the first

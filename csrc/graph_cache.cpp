@@ -17,7 +17,7 @@ bool GraphKey::operator==(const GraphKey & o) const {
     return first_layer == o.first_layer && end_layer == o.end_layer && exit_depth == o.exit_depth &&
            tail_layers == o.tail_layers && river_head == o.river_head && head_vocab == o.head_vocab &&
            similarity == o.similarity && signal == o.signal && last_only == o.last_only && n_tokens == o.n_tokens &&
-           n_kv == o.n_kv;
+           n_kv == o.n_kv && exact == o.exact;
 }
 
 struct GraphCache::Slot {

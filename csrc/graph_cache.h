@@ -31,6 +31,7 @@ struct GraphKey {
     bool last_only = false;
     int64_t n_tokens = 0;
     int64_t n_kv = 0;
+    bool exact = false;   // rows computed as one-token steps
     bool operator==(const GraphKey & o) const;
 };
 

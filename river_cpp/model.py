@@ -449,6 +449,7 @@ class RiverModel:
         route: str = "auto",
         policy: Optional[ExitPolicy] = None,
         exit_vocab: Optional[int] = None,
+        prompt: bool = False,
     ) -> np.ndarray:
         """Append `ids` to the sequence and return their logits.
 
@@ -459,8 +460,10 @@ class RiverModel:
         step (the exit policy). With an exit, the batch leaves at one depth; see
         last_exit_layers. `policy`: the exit policy of this forward (None: the
         model's). `exit_vocab`: exited tokens score only token ids [0, exit_vocab)
-        (their other logits are -inf; None: all). Raises RiverError when an RPC
-        server holding part of the model went away (and from then on).
+        (their other logits are -inf; None: all). `prompt`: the ids are a prompt,
+        prefilled alike by every decoding, so its rows may take faster kernels than
+        exact rows (see `exact`). Raises RiverError when an RPC server holding part of
+        the model went away (and from then on).
         """
         with self._lock:
             return self.backbone.forward(
@@ -469,6 +472,7 @@ class RiverModel:
                 route=route,
                 policy=self.policy if policy is None else policy,
                 exit_vocab=exit_vocab,
+                prompt=prompt,
             )
 
     # ---------------------------------------------------------------- generation

@@ -33,7 +33,7 @@ def prefill(
     (the prompt cache); the last position's logits [n_vocab]."""
     keep = model.cached_prefix(prompt_ids, route=route, policy=policy)
     model.rewind(keep)
-    return model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy)[0]
+    return model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy, prompt=True)[0]
 
 
 def decode_one_token(model: Backbone, token: int, *, policy: Optional[ExitPolicy] = None) -> np.ndarray:

@@ -121,15 +121,17 @@ class Engine:
         """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
         repacked into (none by default); RiverError for a name this ggml lacks.
         reuse_graphs: keep decode graphs for later steps (False: build every graph afresh).
-        exact: in batches of at most exact_rows tokens, each row as a one-token step
-        computes it, bit for bit: "on" (except products by F32/F16/BF16 and by repacked
-        matrices), "bitwise" (all: the backbone is not repacked) or "off" (ggml's kernels
-        by batch size)."""
+        exact: in batches of at most exact_rows tokens that are not a prompt (see
+        forward), each row as a one-token step computes it, bit for bit: "on" (except
+        products by F32/F16/BF16 and by repacked matrices), "bitwise" (all: the
+        backbone is not repacked) or "off" (ggml's kernels by batch size)."""
     def forward(
-        self, ids: npt.ArrayLike, last_only: bool, exit: Optional[ExitConfig] = None
+        self, ids: npt.ArrayLike, last_only: bool, exit: Optional[ExitConfig] = None, prompt: bool = False
     ) -> npt.NDArray[np.float32]:
         """Append ids and return their logits ([len(ids) or 1, n_vocab]); tokens leave
-        the backbone as `exit` says (None: every token runs the full backbone)."""
+        the backbone as `exit` says (None: every token runs the full backbone).
+        prompt: the ids are a prompt, which every decoding prefills alike, so its rows
+        take ggml's fastest kernels whatever the exact mode."""
     def check_exit(self, exit: ExitConfig) -> None:
         """RiverError unless `exit` fits this model (forward checks the one it is given)."""
     def load_river(self, path: str) -> None: ...

@@ -84,9 +84,12 @@ class Backbone(Protocol):
         route: str = "auto",
         policy: Optional[ExitPolicy] = None,
         exit_vocab: Optional[int] = None,
+        prompt: bool = False,
     ) -> np.ndarray:
         """Append `ids` to the cache; logits [len(ids) or 1, n_vocab]. `policy` and
-        `exit_vocab` shape this forward's exits (None: the default policy, every token id)."""
+        `exit_vocab` shape this forward's exits (None: the default policy, every token id).
+        `prompt`: the ids are a prompt, prefilled alike by every decoding, so their rows
+        need not equal one-token steps (a backbone may take faster kernels)."""
         ...
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:

@@ -432,6 +432,7 @@ class GraphBackbone:
         route: str = "auto",
         policy: Optional[ExitPolicy] = None,
         exit_vocab: Optional[int] = None,
+        prompt: bool = False,
     ) -> np.ndarray:
         """Append `ids` to the sequence and return their logits.
 
@@ -442,8 +443,10 @@ class GraphBackbone:
         one depth (see last_exit_layers). `exit_vocab`: exited tokens score only token
         ids [0, exit_vocab) (their other logits are -inf; None: all): a speculative
         draft's head is a large share of its cost, and BPE vocabularies put frequent
-        tokens first. Raises RiverError when an RPC server holding part of the model
-        went away (and from then on).
+        tokens first. `prompt`: the ids are a prompt, which every decoding prefills
+        alike, so its rows take ggml's fastest kernels whatever `exact` says. Raises
+        RiverError when an RPC server holding part of the model went away (and from
+        then on).
         """
         ids = check_token_ids(ids)
         use_exit = self._uses_exit(route, ids.size)
@@ -465,7 +468,7 @@ class GraphBackbone:
             n_threads = self.governor.threads()
             if n_threads != self.engine.n_threads:
                 self.engine.n_threads = n_threads
-        logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), exit_config)
+        logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), exit_config, bool(prompt))
         self._cached_ids.extend(int(t) for t in ids)
         self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
         return logits

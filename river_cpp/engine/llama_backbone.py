@@ -304,11 +304,13 @@ class LlamaCppBackbone:
         route: str = "auto",
         policy: Optional[ExitPolicy] = None,
         exit_vocab: Optional[int] = None,
+        prompt: bool = False,
     ) -> np.ndarray:
         """Append `ids` to the cache, in N_BATCH-token batches; float32 logits
         [len(ids), n_vocab], or [1, n_vocab] of the last position when `last_only`
         (then llama.cpp computes no other row). No token exits: `policy` must never
-        exit, and `exit_vocab` (which limits exited tokens) changes nothing."""
+        exit, and `exit_vocab` (which limits exited tokens) changes nothing. llama.cpp
+        picks kernels by batch size alone, so `prompt` changes nothing either."""
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         if policy is not None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from river_cpp import RiverModel
 from river_cpp.measure.corpus import prompt_set
 
 MODES = ("off", "on", "bitwise")
+# The issue's goal sets: 16 input-grounded prompts and 10 chat ones.
+PROMPTS = {"grounded": 16, "chat": 10}
 
 
 @dataclass
@@ -58,12 +60,12 @@ def run(
     path: str,
     *,
     modes: Sequence[str] = MODES,
-    kinds: Sequence[str] = ("grounded", "chat"),
-    n_prompts: int = 16,
+    prompts: Mapping[str, int] = PROMPTS,
     max_tokens: int = 256,
     n_threads: int = 2,
 ) -> list[ModeRun]:
-    """Each mode's runs on the file at `path` (no river: the default's free drafts)."""
+    """Each mode's runs on the file at `path` (no river: the default's free drafts),
+    over `prompts` (set name: how many of its prompts)."""
     models = {
         mode: RiverModel(path, n_ctx=4096, n_threads=n_threads, river=None, progress=False, exact=mode)
         for mode in modes
@@ -71,7 +73,7 @@ def run(
     try:
         runs = []
         tokenizer = next(iter(models.values())).tokenizer
-        for kind in kinds:
+        for kind, n_prompts in prompts.items():
             by_mode = {mode: ModeRun(mode, kind) for mode in modes}
             for prompt in prompt_set(tokenizer, kind, n_prompts):
                 for mode, model in models.items():

@@ -111,7 +111,7 @@ class _SlowRewindModel:
     def cached_prefix(self, ids, *, route="prompt", policy=None) -> int:
         return 0
 
-    def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None) -> np.ndarray:
+    def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None, prompt=False) -> np.ndarray:
         self.clock.now += 1.0
         positions = np.arange(self.n_past, self.n_past + len(ids))
         self.n_past += len(ids)

@@ -31,7 +31,9 @@ class _OneTokenModel:
         self.catch_up_sleep = catch_up_sleep
         self.fed: list[list[int]] = []
 
-    def forward(self, ids: Sequence[int], last_only: bool, route: str, policy=None, exit_vocab=None) -> np.ndarray:
+    def forward(
+        self, ids: Sequence[int], last_only: bool, route: str, policy=None, exit_vocab=None, prompt=False
+    ) -> np.ndarray:
         self.fed.append(list(ids))
         self.n_past += len(ids)
         if len(ids) > 1:

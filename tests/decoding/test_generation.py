@@ -221,7 +221,9 @@ class _ScriptedModel:
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy=None) -> int:
         return 0
 
-    def forward(self, ids: Sequence[int], *, last_only=False, route="auto", policy=None, exit_vocab=None) -> np.ndarray:
+    def forward(
+        self, ids: Sequence[int], *, last_only=False, route="auto", policy=None, exit_vocab=None, prompt=False
+    ) -> np.ndarray:
         self.n_past += len(ids)
         self.last_exit_layers = np.full(len(ids), self.n_layer, dtype=np.int32)
         logits = np.zeros((1, self.n_vocab), dtype=np.float32)

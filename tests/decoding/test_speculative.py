@@ -559,7 +559,7 @@ class _SuccessorModel:
     def cached_prefix(self, ids, *, route="prompt", policy=None) -> int:
         return 0
 
-    def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None) -> np.ndarray:
+    def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None, prompt=False) -> np.ndarray:
         self.n_past += len(ids)
         self.last_exit_layers = np.full(len(ids), self.n_layer, dtype=np.int32)
         logits = np.zeros((len(ids), self.n_vocab), dtype=np.float32)

@@ -99,6 +99,19 @@ def test_longer_batches_than_exact_rows_are_prompts(tiny_files):
     np.testing.assert_allclose(exact.forward(ids, False), plain.forward(ids, False), atol=0.1)
 
 
+def test_a_prompt_takes_ggml_kernels_in_any_mode(tiny_files):
+    """A prompt is prefilled alike by every decoding, so even a bitwise engine computes
+    it with ggml's batched kernels, bit for bit as an engine with exact rows off does,
+    while the same rows as a verify take the one-token arithmetic."""
+    ids = list(range(5, 25))
+    path = str(tiny_files["f16"])
+    off = _core.Engine(path, n_ctx=256, n_batch=64, n_threads=2, exact="off").forward(ids, False)
+    bitwise = _core.Engine(path, n_ctx=256, n_batch=64, n_threads=2, exact="bitwise")
+    assert np.array_equal(bitwise.forward(ids, False, prompt=True), off)
+    bitwise.reset()
+    assert not np.array_equal(bitwise.forward(ids, False), off)
+
+
 def test_unknown_exact_mode_is_refused(tiny_files):
     with pytest.raises(ValueError, match="exact must be"):
         _core.Engine(str(tiny_files["f16"]), n_ctx=64, n_batch=64, n_threads=1, exact="sometimes")
