@@ -38,7 +38,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     for s in summaries:
         print(
             f"{s['kind']:9s} exact={s['mode']:8s} identical {s['identical']:>6s}  plain {s['plain_tokens_per_s']:6.2f} "
-            f"tok/s  default {s['default_tokens_per_s']:6.2f} tok/s  ({s['default_over_plain']:.2f}x)"
+            f"tok/s  default {s['default_tokens_per_s']:6.2f} tok/s  ({s['default_over_plain']:.2f}x)  "
+            f"decode {s['decode_over_plain']:.2f}x (worst {s['worst_decode_over_plain']:.2f}x)"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -10,6 +10,7 @@ drift falls on all of them alike; times are wall-clock and valid on a quiet mach
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -31,8 +32,9 @@ class ModeRun:
     kind: str
     identical: int = 0
     answers: int = 0
-    plain_tokens_per_s: list[float] = field(default_factory=list)
+    plain_tokens_per_s: list[float] = field(default_factory=list)  # whole answers, prefill included
     default_tokens_per_s: list[float] = field(default_factory=list)
+    decode_ratios: list[float] = field(default_factory=list)  # the default's decode speed over plain's, per answer
     first_differences: list[int] = field(default_factory=list)  # token index where an answer parted
 
     def summary(self) -> dict:
@@ -45,15 +47,20 @@ class ModeRun:
             "plain_tokens_per_s": round(plain, 2),
             "default_tokens_per_s": round(default, 2),
             "default_over_plain": round(default / plain, 3),
+            "decode_over_plain": round(statistics.fmean(self.decode_ratios or [math.nan]), 3),
+            "worst_decode_over_plain": round(min(self.decode_ratios, default=math.nan), 3),
+            "decode_ratios": [round(r, 3) for r in self.decode_ratios],
             "first_differences": self.first_differences,
         }
 
 
-def _timed(model: RiverModel, prompt: str, max_tokens: int, **options) -> tuple[list[int], float]:
+def _timed(model: RiverModel, prompt: str, max_tokens: int, **options) -> tuple[list[int], float, float]:
+    """An answer's tokens, its whole speed (prefill included) and its decode speed."""
     model.reset()
     start = time.perf_counter()
     result = model.generate(prompt, max_tokens=max_tokens, **options)
-    return result.token_ids, len(result.token_ids) / (time.perf_counter() - start)
+    whole = len(result.token_ids) / (time.perf_counter() - start)
+    return result.token_ids, whole, result.generation_tokens_per_second
 
 
 def run(
@@ -77,8 +84,8 @@ def run(
             by_mode = {mode: ModeRun(mode, kind) for mode in modes}
             for prompt in prompt_set(tokenizer, kind, n_prompts):
                 for mode, model in models.items():
-                    plain, plain_speed = _timed(model, prompt, max_tokens, speculative=False)
-                    drafted, default_speed = _timed(model, prompt, max_tokens)
+                    plain, plain_speed, plain_decode = _timed(model, prompt, max_tokens, speculative=False)
+                    drafted, default_speed, default_decode = _timed(model, prompt, max_tokens)
                     entry = by_mode[mode]
                     entry.answers += 1
                     entry.identical += drafted == plain
@@ -87,6 +94,8 @@ def run(
                         entry.first_differences.append(next(i for i, (a, b) in enumerate(pairs) if a != b))
                     entry.plain_tokens_per_s.append(plain_speed)
                     entry.default_tokens_per_s.append(default_speed)
+                    if plain_decode > 0 and default_decode > 0:  # answers of one token have no decode
+                        entry.decode_ratios.append(default_decode / plain_decode)
             runs += by_mode.values()
         return runs
     finally:
