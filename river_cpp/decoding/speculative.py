@@ -429,7 +429,7 @@ def speculative_step(
     greedy = sampler.params.temperature == 0.0
     n_layer = model.n_layer
     lengths = draft_length_for(model, spec, greedy)
-    guard: RoundGuard = _guards.setdefault(lengths, RoundGuard())
+    guard: RoundGuard = _guards.setdefault(lengths, RoundGuard(lengths.free_sources))
     guard.begin_request()
     sources = _sources(model, spec, lengths, stats)
     history = list(prompt_ids)
@@ -525,7 +525,7 @@ def speculative_step(
         stats.catch_up_seconds += proposal.catch_up_seconds
         stats.verify_seconds += verified_at - drafted_at
         stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
-        guard.end_round(chosen if drafts else PLAIN, base + len(new), began)
+        guard.end_round(chosen if drafts else PLAIN, base + len(new), began, len(drafts), n_accepted)
         stats.guard_rests = guard.rests
         history += new
         for source in sources.values():

@@ -66,6 +66,28 @@ def test_nothing_is_judged_before_plain_rounds_are_timed_and_each_request_starts
     assert guard.plain_seconds == 1.0  # the plain step is the model's, kept
 
 
+def test_a_lookup_reaches_further_only_as_its_rounds_are_kept_whole():
+    guard = RoundGuard(lookups=frozenset({"ngram6", "memory32"}))
+    first = RoundGuard._FIRST_REACH
+    assert guard.allowed({"ngram6": 24, "river": 8}) == {"ngram6": first, "river": 8}  # the river has no reach
+    reach = first
+    for _ in range(3):  # each round kept whole doubles the reach, shared by every lookup
+        guard.end_round("ngram6", reach + 1, 0.0, drafted=reach, kept=reach)
+        reach *= 2
+        assert guard.allowed({"memory32": 64}) == {"memory32": reach}
+    guard.end_round("memory32", 3, 0.0, drafted=3, kept=3)  # a short match kept whole takes nothing away
+    assert guard.reach == reach
+    guard.end_round("ngram6", reach // 2 + 1, 0.0, drafted=reach, kept=reach // 2)  # half kept: the reach holds
+    assert guard.reach == reach
+    guard.end_round("ngram6", 2, 0.0, drafted=reach, kept=1)  # a rejection near the start: back to the first reach
+    assert guard.allowed({"ngram6": 24}) == {"ngram6": first}
+    guard.end_round("river", 9, 0.0, drafted=8, kept=8)  # not a lookup
+    assert guard.reach == first
+    guard.end_round("ngram6", first + 1, 0.0, drafted=first, kept=first)
+    guard.begin_request()  # a new request meets new text
+    assert guard.reach == first
+
+
 def test_rounds_are_timed_from_start_to_start():
     guard = RoundGuard()
     guard.start_round(0.0)  # nothing in progress
