@@ -2,7 +2,7 @@
 decoding's speed, and identical answers, with exact="off" (ggml's kernels by batch
 size, as before issue 40), "on" (the default) and "bitwise", interleaved prompt by prompt.
 
-    python benchmarks/exact_ab.py -m MODEL.gguf [-t 2] [--prompts 16] [--chat-prompts 10] [--tokens 256]
+    python benchmarks/exact_ab.py -m MODEL.gguf [-t 2] [--prompts 16] [--chat-prompts 10] [--tokens 256] [--control]
 
 On a quiet machine only (`uptime`); --json writes the summaries.
 """
@@ -25,6 +25,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--chat-prompts", type=int, default=PROMPTS["chat"], help="chat prompts (10)")
     parser.add_argument("--tokens", type=int, default=256, help="most tokens per answer (256)")
     parser.add_argument("--modes", default=",".join(MODES), help="exact modes (off,on,bitwise)")
+    parser.add_argument(
+        "--control", action="store_true", help="run plain again after the default: the decode ratios' noise (A/A)"
+    )
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
     runs = run(
@@ -33,6 +36,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         prompts={"grounded": args.prompts, "chat": args.chat_prompts},
         max_tokens=args.tokens,
         n_threads=args.threads,
+        control=args.control,
     )
     summaries = [r.summary() for r in runs]
     for s in summaries:
@@ -40,6 +44,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             f"{s['kind']:9s} exact={s['mode']:8s} identical {s['identical']:>6s}  plain {s['plain_tokens_per_s']:6.2f} "
             f"tok/s  default {s['default_tokens_per_s']:6.2f} tok/s  ({s['default_over_plain']:.2f}x)  "
             f"decode {s['decode_over_plain']:.2f}x (worst {s['worst_decode_over_plain']:.2f}x)"
+            + (
+                f"  A/A plain {min(s['control_ratios']):.2f}-{max(s['control_ratios']):.2f}x"
+                if s["control_ratios"]
+                else ""
+            )
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -12,15 +12,16 @@ time it rests again in the same request; so does drafting as a whole (ALL) when 
 request's drafted rounds together lose that much, since each of a dozen sources (n-gram
 sizes, memory buckets) losing its own two steps before it rests would add up. 
 A lookup (an n-gram match, a recalled one) also has a reach within the request: it may
-draft at most _FIRST_REACH tokens until its rounds are kept whole, and the reach doubles
-with each round kept whole and falls back after a rejection. A lookup's estimate is the
+draft at most _FIRST_REACH tokens until its rounds are kept whole; the reach doubles
+with each round kept whole and halves with each round rejected before half its reach
+(a quote that departs from its source now and then keeps most of its reach). A lookup's estimate is the
 model's, learned over earlier requests, and a 6-token match that copied a whole answer
 before may meet text that goes its own way: on the 1.5B Q4_K_M (2 threads, a verify of n
 positions about 0.45 n plain steps), rounds of 12-16 drafts keeping one or two lost
 4-5 steps each, three rounds a request before the rests caught them (0.76-0.88x of plain
-on 4 of 16 input-grounded answers). With the reach, a rejected round costs at most a
-verify of _FIRST_REACH + 1 positions, and a copying stretch reaches 24-token rounds after
-three rounds.
+on 4 of 16 input-grounded answers). With the reach, a request's first rejected round costs at
+most a verify of _FIRST_REACH + 1 positions, and a copying stretch reaches 24-token
+rounds after three rounds (docs/results.md, "The guard against drafts that lose").
 
 It decides nothing else; DraftLength still chooses among the sources it leaves on offer,
 and the length within their limits.
@@ -124,5 +125,5 @@ class RoundGuard:
         if source in self._lookups and drafted:
             if kept == drafted:
                 self.reach = max(self.reach, 2 * kept)
-            else:
-                self.reach = max(self._FIRST_REACH, min(self.reach, 2 * kept))
+            elif 2 * kept < self.reach:
+                self.reach = max(self._FIRST_REACH, self.reach // 2)

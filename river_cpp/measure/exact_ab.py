@@ -35,6 +35,7 @@ class ModeRun:
     plain_tokens_per_s: list[float] = field(default_factory=list)  # whole answers, prefill included
     default_tokens_per_s: list[float] = field(default_factory=list)
     decode_ratios: list[float] = field(default_factory=list)  # the default's decode speed over plain's, per answer
+    control_ratios: list[float] = field(default_factory=list)  # plain's again over plain's (the noise), per answer
     first_differences: list[int] = field(default_factory=list)  # token index where an answer parted
 
     def summary(self) -> dict:
@@ -50,6 +51,7 @@ class ModeRun:
             "decode_over_plain": round(statistics.fmean(self.decode_ratios or [math.nan]), 3),
             "worst_decode_over_plain": round(min(self.decode_ratios, default=math.nan), 3),
             "decode_ratios": [round(r, 3) for r in self.decode_ratios],
+            "control_ratios": [round(r, 3) for r in self.control_ratios],
             "first_differences": self.first_differences,
         }
 
@@ -70,9 +72,12 @@ def run(
     prompts: Mapping[str, int] = PROMPTS,
     max_tokens: int = 256,
     n_threads: int = 2,
+    control: bool = False,
 ) -> list[ModeRun]:
     """Each mode's runs on the file at `path` (no river: the default's free drafts),
-    over `prompts` (set name: how many of its prompts)."""
+    over `prompts` (set name: how many of its prompts). With `control`, plain decoding
+    runs again after the default, and its decode speed over the first run's is the
+    noise an answer's ratio must be read against (an A/A control)."""
     models = {
         mode: RiverModel(path, n_ctx=4096, n_threads=n_threads, river=None, progress=False, exact=mode)
         for mode in modes
@@ -96,6 +101,9 @@ def run(
                     entry.default_tokens_per_s.append(default_speed)
                     if plain_decode > 0 and default_decode > 0:  # answers of one token have no decode
                         entry.decode_ratios.append(default_decode / plain_decode)
+                    if control and plain_decode > 0:
+                        _, _, again = _timed(model, prompt, max_tokens, speculative=False)
+                        entry.control_ratios.append(again / plain_decode)
             runs += by_mode.values()
         return runs
     finally:

@@ -79,8 +79,12 @@ def test_a_lookup_reaches_further_only_as_its_rounds_are_kept_whole():
     assert guard.reach == reach
     guard.end_round("ngram6", reach // 2 + 1, 0.0, drafted=reach, kept=reach // 2)  # half kept: the reach holds
     assert guard.reach == reach
-    guard.end_round("ngram6", 2, 0.0, drafted=reach, kept=1)  # a rejection near the start: back to the first reach
-    assert guard.allowed({"ngram6": 24}) == {"ngram6": first}
+    while reach > first:  # each rejection near a round's start halves it, down to the first reach
+        guard.end_round("ngram6", 2, 0.0, drafted=reach, kept=1)
+        reach //= 2
+        assert guard.allowed({"ngram6": 64}) == {"ngram6": reach}
+    guard.end_round("ngram6", 1, 0.0, drafted=first, kept=0)
+    assert guard.reach == first
     guard.end_round("river", 9, 0.0, drafted=8, kept=8)  # not a lookup
     assert guard.reach == first
     guard.end_round("ngram6", first + 1, 0.0, drafted=first, kept=first)
