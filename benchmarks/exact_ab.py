@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
@@ -51,8 +52,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             )
         )
     if args.json:
+        # the model's file name only: a JSON that lands in docs/results names no machine's folders
+        arguments = {**vars(args), "model": Path(args.model).name, "json": None}
         with open(args.json, "w") as f:
-            json.dump({"arguments": vars(args), "summaries": summaries}, f, indent=1)
+            json.dump({"arguments": arguments, "summaries": summaries}, f, indent=1)
 
 
 if __name__ == "__main__":
