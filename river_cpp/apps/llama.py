@@ -435,7 +435,10 @@ class Llama:
         tokens = [int(t) for t in tokens]
         if not tokens:
             return
-        logits = self._model.forward(tokens, last_only=not self._logits_all, route="backbone")
+        # Several tokens at once are a prompt (llama-cpp-python's generate evaluates the
+        # prompt, then one token at a time): ggml's fastest kernels, as steps.prefill
+        # takes; one token is a plain step, with the arithmetic verify rows match.
+        logits = self._model.forward(tokens, last_only=not self._logits_all, route="backbone", prompt=len(tokens) > 1)
         self._logits, self._logits_at = np.asarray(logits, dtype=np.float32), self.n_tokens
 
     def sample(

@@ -10,18 +10,20 @@ to the next round's start, so everything it caused is in it. A source whose rece
 rounds (faded) lost more than _LOSS_STEPS plain steps rests for a while, doubling each
 time it rests again in the same request; so does drafting as a whole (ALL) when the
 request's drafted rounds together lose that much, since each of a dozen sources (n-gram
-sizes, memory buckets) losing its own two steps before it rests would add up. 
+sizes, memory buckets) losing its own two steps before it rests would add up.
+
 A lookup (an n-gram match, a recalled one) also has a reach within the request: it may
 draft at most _FIRST_REACH tokens until its rounds are kept whole; the reach doubles
-with each round kept whole and halves with each round rejected before half its reach
-(a quote that departs from its source now and then keeps most of its reach). A lookup's estimate is the
-model's, learned over earlier requests, and a 6-token match that copied a whole answer
-before may meet text that goes its own way: on the 1.5B Q4_K_M (2 threads, a verify of n
-positions about 0.45 n plain steps), rounds of 12-16 drafts keeping one or two lost
-4-5 steps each, three rounds a request before the rests caught them (0.76-0.88x of plain
-on 4 of 16 input-grounded answers). With the reach, a request's first rejected round costs at
-most a verify of _FIRST_REACH + 1 positions, and a copying stretch reaches 24-token
-rounds after three rounds (docs/results.md, "The guard against drafts that lose").
+with each round kept whole and halves with each round rejected before half of it (a
+quote that departs from its source now and then keeps most of its reach). A lookup's
+estimate is the model's, learned over earlier requests, and a 6-token match that copied
+a whole answer before may meet text that goes its own way: on the 1.5B Q4_K_M (2
+threads, a verify of n positions about 0.45 n plain steps), rounds of 12-19 drafts
+keeping one or two lost 4-10 steps each, three rounds a request before the rests caught
+them (0.76-0.88x of plain on 4 of 16 input-grounded answers). With the reach, a
+request's first rejected round costs at most a verify of _FIRST_REACH + 1 positions,
+and a copying stretch reaches 24-token rounds after three rounds (docs/results.md,
+"The guard against drafts that lose").
 
 It decides nothing else; DraftLength still chooses among the sources it leaves on offer,
 and the length within their limits.

@@ -236,6 +236,22 @@ def test_tools_on_a_template_without_a_tool_syntax(llm):
     assert json.loads(streamed) == json.loads(named["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
 
 
+def test_eval_of_several_tokens_is_a_prompt_and_of_one_a_step(llm, monkeypatch):
+    seen = []
+    forward = llm._model.forward
+
+    def spy(ids, **options):
+        seen.append((len(ids), options.get("prompt", False)))
+        return forward(ids, **options)
+
+    monkeypatch.setattr(llm._model, "forward", spy)
+    llm.reset()
+    llm.eval(llm.tokenize(b"The river flows"))
+    llm.eval([llm.sample(temp=0)])
+    assert [prompt for _, prompt in seen] == [True, False] and seen[0][0] > 1
+    llm.reset()
+
+
 def test_eval_sample_generate_are_plain_greedy_decoding(llm):
     prompt = llm.tokenize(b"The river flows")
     reference = llm(prompt, max_tokens=6, temperature=0, speculative=False, logit_bias={llm.token_eos(): -100.0})
