@@ -7,6 +7,7 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "ggml_ptr.h"
 #include "offload.h"
 #include "weights.h"
 
@@ -14,26 +15,11 @@ namespace river {
 
 namespace {
 
-struct ContextDeleter {
-    void operator()(ggml_context * ctx) const { ggml_free(ctx); }
-};
-using ContextPtr = std::unique_ptr<ggml_context, ContextDeleter>;
-
-struct BackendDeleter {
-    void operator()(ggml_backend_t backend) const { ggml_backend_free(backend); }
-};
-using BackendPtr = std::unique_ptr<ggml_backend, BackendDeleter>;
-
-ContextPtr new_context(size_t n_tensors) {
-    ggml_init_params params{ggml_tensor_overhead() * n_tensors + ggml_graph_overhead(), nullptr, true};
-    return ContextPtr(ggml_init(params));
-}
-
 // inputs x weights^T, with the weights (already quantized) in a buffer of `weight_buft`
 std::vector<float> multiply(ggml_backend_t cpu, ggml_backend_buffer_type_t weight_buft, ggml_type type,
                             const std::vector<uint8_t> & quantized, int64_t n_out, int64_t n_in, const float * inputs,
                             int64_t n_tokens) {
-    ContextPtr weight_ctx = new_context(1);
+    ContextPtr weight_ctx = new_metadata_context(1);
     ggml_tensor * w = ggml_new_tensor_2d(weight_ctx.get(), type, n_in, n_out);
     BufferPtr weight_buffer(ggml_backend_alloc_ctx_tensors_from_buft(weight_ctx.get(), weight_buft));
     if (!weight_buffer) {
@@ -43,7 +29,7 @@ std::vector<float> multiply(ggml_backend_t cpu, ggml_backend_buffer_type_t weigh
     // an extra buffer type's set_tensor converts the rows into its own layout
     ggml_backend_tensor_set(w, quantized.data(), 0, quantized.size());
 
-    ContextPtr ctx = new_context(2);
+    ContextPtr ctx = new_metadata_context(2);
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_in, n_tokens);
     ggml_tensor * y = ggml_mul_mat(ctx.get(), w, x);
     ggml_cgraph * graph = ggml_new_graph(ctx.get());
@@ -76,7 +62,7 @@ ProbeProduct probe_matmul(const std::string & buft_name, ggml_type type, const f
         throw Error("this ggml has no CPU device");
     }
     {
-        ContextPtr ctx = new_context(1);
+        ContextPtr ctx = new_metadata_context(1);
         const ggml_tensor * shape = ggml_new_tensor_2d(ctx.get(), type, n_in, n_out);
         if (!device_multiplies(cpu_dev, extra, shape)) {
             return result;

@@ -8,27 +8,13 @@
 #include "exact_ops.h"
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
+#include "ggml_ptr.h"
 #include "offload.h"
 #include "weights.h"
 
 namespace river {
 
 namespace {
-
-struct ContextDeleter {
-    void operator()(ggml_context * ctx) const { ggml_free(ctx); }
-};
-using ContextPtr = std::unique_ptr<ggml_context, ContextDeleter>;
-
-struct BackendDeleter {
-    void operator()(ggml_backend_t backend) const { ggml_backend_free(backend); }
-};
-using BackendPtr = std::unique_ptr<ggml_backend, BackendDeleter>;
-
-ContextPtr new_context(size_t n_tensors) {
-    ggml_init_params params{ggml_tensor_overhead() * n_tensors + ggml_graph_overhead(), nullptr, true};
-    return ContextPtr(ggml_init(params));
-}
 
 bool is_layout_op(ggml_op op) {
     return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
@@ -56,7 +42,7 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
 
     ggml_backend_buffer_type_t weight_buft =
         buft_name.empty() ? ggml_backend_cpu_buffer_type() : cpu_extra_buffer_type(buft_name);
-    ContextPtr weight_ctx = new_context(1);
+    ContextPtr weight_ctx = new_metadata_context(1);
     // [n_in, n_out]
     ggml_tensor * w = ggml_new_tensor_2d(weight_ctx.get(), type, n_in, n_out);
     if (!buft_name.empty() && !device_multiplies(cpu_dev, weight_buft, w)) {
@@ -70,7 +56,7 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
     ggml_backend_buffer_set_usage(weight_buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     ggml_backend_tensor_set(w, data, 0, ggml_nbytes(w));   // an extra type repacks here
 
-    ContextPtr ctx = new_context(2);
+    ContextPtr ctx = new_metadata_context(2);
     // [n_in, n_tokens] -> [n_out, n_tokens]
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_in, n_tokens);
     ggml_tensor * y = exact ? exact_mul_mat(ctx.get(), w, x) : ggml_mul_mat(ctx.get(), w, x);

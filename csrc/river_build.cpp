@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common.h"
+#include "ggml_ptr.h"
 #include "gguf.h"
 #include "gguf_file.h"
 #include "weights.h"
@@ -27,10 +28,6 @@ struct FileCloser {
 
 struct GgufDeleter {
     void operator()(gguf_context * c) const { gguf_free(c); }
-};
-
-struct ContextDeleter {
-    void operator()(ggml_context * c) const { ggml_free(c); }
 };
 
 template <typename T>
@@ -185,8 +182,7 @@ void build_river(const GgufFile & backbone, const HParams & hp, const RiverSpec 
         gguf_set_val_str(out.get(), key.c_str(), value.c_str());
     }
 
-    ggml_init_params params{ggml_tensor_overhead() * plan.size(), nullptr, true};
-    std::unique_ptr<ggml_context, ContextDeleter> ctx(ggml_init(params));
+    ContextPtr ctx = new_metadata_context(plan.size());
     for (const RiverTensor & t : plan) {
         ggml_tensor * info = ggml_new_tensor(ctx.get(), t.type, ggml_n_dims(t.source), t.source->ne);
         ggml_set_name(info, t.name.c_str());
