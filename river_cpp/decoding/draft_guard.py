@@ -20,7 +20,7 @@ estimate is the model's, learned over earlier requests, and a 6-token match that
 a whole answer before may meet text that goes its own way: on the 1.5B Q4_K_M (2
 threads, a verify of n positions about 0.45 n plain steps), rounds of 12-19 drafts
 keeping one or two lost 4-10 steps each, three rounds a request before the rests caught
-them (0.76-0.88x of plain on 4 of 16 input-grounded answers). With the reach, a
+them (0.76-0.88x of plain on 3 of 16 input-grounded answers). With the reach, a
 request's first rejected round costs at most a verify of _FIRST_REACH + 1 positions,
 and a copying stretch reaches 24-token rounds after three rounds (docs/results.md,
 "The guard against drafts that lose").
