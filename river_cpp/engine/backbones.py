@@ -14,7 +14,7 @@ import re
 import secrets
 from pathlib import Path
 
-from river_cpp.engine.cache import cache_dir, file_identity
+from river_cpp.engine.cache import cache_dir, file_identity, file_sha256
 from river_cpp.engine.convert import convert_to_f16
 
 # A release's type tag as the last dot-separated part of its name: "x.Q4_1.gguf".
@@ -24,8 +24,12 @@ _TYPE_TAG = re.compile(r"^(I?Q\d.*|F16|F32|BF16)$", re.IGNORECASE)
 def f16_backbone_path(release: Path, *, progress: bool = True) -> Path:
     """The F16 dequantization of `release`, built into cache_dir() on first use.
 
-    The cached file is rebuilt when the release changes (size, mtime or the hash of
-    its first MiB differ from those recorded in a sidecar JSON next to it).
+    The cached file is rebuilt when the release's contents change. A sidecar JSON next
+    to it records the release's cheap identity (size, mtime, the hash of its first MiB)
+    and the hash of its whole contents. Where the cheap identity differs only by mtime,
+    the whole hash decides: a release installed again (each fresh virtual environment
+    gets the demo package's file with a new mtime) is the same release, and converting
+    it again replaced the cached file under every process that had it mapped.
     """
     release = Path(release)
     if not release.is_file():
@@ -33,10 +37,16 @@ def f16_backbone_path(release: Path, *, progress: bool = True) -> Path:
     backbone = cache_dir() / f"{_base_name(release)}.F16.gguf"
     sidecar = backbone.with_name(backbone.name + ".json")
     identity = file_identity(release)
-    if not (backbone.is_file() and _read_json(sidecar) == identity):
+    recorded = _read_json(sidecar)
+    recorded = recorded if isinstance(recorded, dict) else {}
+    if backbone.is_file() and all(recorded.get(key) == value for key, value in identity.items()):
+        return backbone
+    contents = file_sha256(release)
+    same_release = recorded.get("sha256") == contents and recorded.get("size") == identity["size"]
+    if not (backbone.is_file() and same_release):
         convert_to_f16(release, backbone, progress=progress)
-        # Written after the backbone, so a recorded identity always describes the file beside it.
-        _write_json_atomically(sidecar, identity)
+    # Written after the backbone, so a recorded identity always describes the file beside it.
+    _write_json_atomically(sidecar, {**identity, "sha256": contents})
     return backbone
 
 

@@ -33,6 +33,15 @@ def file_identity(path: Path) -> dict:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head_sha256": head_sha256}
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's whole contents (read in chunks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_IDENTITY_HASH_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def models_dir() -> Path:
     """Where scripts/fetch_models.py keeps the real models it assembles
     ($RIVER_MODELS_DIR, else <cache_dir>/models); not created here."""
