@@ -1,5 +1,5 @@
 """The graph and llama.cpp backbones on one file against llama-cpp-python, whole requests
-(river_cpp.measure.backbone_parity).
+(river_bench.backbone_parity).
 
     python benchmarks/backbone_parity.py -m MODEL.gguf [-t 2] [--prompts 4] [--tokens 128]
 """
@@ -10,7 +10,8 @@ import argparse
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure.backbone_parity import measure, report
+
+from river_bench.backbone_parity import measure, report
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

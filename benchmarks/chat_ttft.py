@@ -1,5 +1,5 @@
 """Time to first token of a second chat turn, with the prompt cache and without it
-(model.reset() before the turn), on the demo model (river_cpp.measure.chat_ttft).
+(model.reset() before the turn), on the demo model (river_bench.chat_ttft).
 
     python benchmarks/chat_ttft.py [-t 2] [-r 5] [--speculative]
 """
@@ -12,8 +12,9 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.apps.demo import demo_backbone_path
-from river_cpp.measure.chat_ttft import cached_and_cold
 from river_cpp.model import RiverModel
+
+from river_bench.chat_ttft import cached_and_cold
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

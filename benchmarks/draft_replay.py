@@ -1,5 +1,5 @@
 """Replay the adaptive draft length on recorded acceptance, with measured costs
-(river_cpp.measure.draft_replay: what a trace holds, and how the replay runs the
+(river_bench.draft_replay: what a trace holds, and how the replay runs the
 loop's own round controller on it).
 
     python benchmarks/draft_replay.py -m BACKBONE.gguf --river q4_0 --prompts chat \\
@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.decoding.speculative import DEFAULT_P_MIN, DRAFTS
-from river_cpp.measure import draft_replay, options
+
+from river_bench import draft_replay, options
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

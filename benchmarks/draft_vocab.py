@@ -1,5 +1,5 @@
 """A river draft head over K token ids: the cost it saves and the tokens it cannot propose
-(river_cpp.measure.draft_vocab: the row choices and what the cost covers).
+(river_bench.draft_vocab: the row choices and what the cost covers).
 
     python benchmarks/draft_vocab.py -m MODEL.gguf -t 2 -n 96 --n-prompts 4
 
@@ -18,10 +18,11 @@ from typing import Optional, Sequence
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
 from river_cpp.engine.river import DEFAULT_RIVER_TYPE
-from river_cpp.measure.corpus import prompt_set
-from river_cpp.measure.draft_vocab import coverages, head_costs
-from river_cpp.measure.options import DEFAULT_N_PROMPTS, add_model_argument, add_tokens_argument
 from river_cpp.model import RiverModel
+
+from river_bench.draft_vocab import coverages, head_costs
+from river_bench.options import DEFAULT_N_PROMPTS, add_model_argument, add_tokens_argument
+from river_bench.prompts import prompt_set
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

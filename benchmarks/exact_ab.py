@@ -1,4 +1,4 @@
-"""Exact rows, A/B by mode (river_cpp.measure.exact_ab): the default's and plain
+"""Exact rows, A/B by mode (river_bench.exact_ab): the default's and plain
 decoding's speed, and identical answers, with exact="off" (ggml's kernels by batch
 size, as before issue 40), "on" (the default) and "bitwise", interleaved prompt by prompt.
 
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure.exact_ab import MODES, PROMPTS, run
+
+from river_bench.exact_ab import MODES, PROMPTS, run
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

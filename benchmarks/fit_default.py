@@ -1,5 +1,5 @@
 """The default against plain decoding of the same model, and peak memory:
-a command line over river_cpp.measure.fit_default (its docstring says what is
+a command line over river_bench.fit_default (its docstring says what is
 timed and how to read it).
 
     python benchmarks/fit_default.py --help
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from river_cpp.measure import fit_default
+from river_bench import fit_default
 
 
 def main(argv: Optional[Sequence[str]] = None) -> object:

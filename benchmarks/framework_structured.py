@@ -22,7 +22,8 @@ from typing import Optional, Sequence
 import llama_cpp.llama
 
 import river_cpp
-from river_cpp.measure.framework_structured import PROMPTS, instructor_flow, outlines_flow, timed
+
+from river_bench.framework_structured import PROMPTS, instructor_flow, outlines_flow, timed
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

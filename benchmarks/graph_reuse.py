@@ -1,5 +1,5 @@
 """Where a decoded token's time goes, with decode graphs reused and built afresh
-(river_cpp.measure.graph_reuse: the configurations).
+(river_bench.graph_reuse: the configurations).
 
     python benchmarks/graph_reuse.py [-m MODEL.gguf] [-t 2] [-n 128] [-r 5]
 
@@ -15,9 +15,10 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.apps.demo import demo_backbone_path
-from river_cpp.measure.graph_reuse import run, summarize, table_lines
-from river_cpp.measure.options import add_model_argument, add_tokens_argument
 from river_cpp.model import RiverModel
+
+from river_bench.graph_reuse import run, summarize, table_lines
+from river_bench.options import add_model_argument, add_tokens_argument
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

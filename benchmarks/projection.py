@@ -1,6 +1,6 @@
 """A projection, not a measurement: lossless decoding's speed on a device where
 bandwidth rules, from the counts of CPU runs (benchmarks/speculative.py --json);
-river_cpp.measure.projection states the assumptions.
+river_bench.projection states the assumptions.
 
     python benchmarks/projection.py docs/results/lossless-*.json
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
-from river_cpp.measure.projection import project
+from river_bench.projection import project
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

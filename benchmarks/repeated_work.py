@@ -4,7 +4,7 @@ llama-cpp-python's prompt lookup on requests that repeat one another, interleave
     python benchmarks/repeated_work.py -m Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf -t 2 \\
         --sets extraction edits chat --river none --json out.json
 
-See river_cpp.measure.repeated_work for the sets and what is timed. Ratios are to our
+See river_bench.repeated_work for the sets and what is timed. Ratios are to our
 plain decoding in the same run; say the machine's load with the numbers.
 """
 
@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 
 from river_cpp import RiverModel
 from river_cpp.decoding.speculative import DEFAULT_MAX_DRAFT
-from river_cpp.measure.repeated_work import (
+
+from river_bench.repeated_work import (
     SETS,
     PromptLookup,
     measure_repeated_work,

@@ -1,5 +1,5 @@
 """Lossless decoding against the backbone and llama.cpp: decode tokens/s, interleaved
-(river_cpp.measure.lossless: what each part measures and each column means).
+(river_bench.lossless: what each part measures and each column means).
 
     python benchmarks/speculative.py -m BACKBONE.gguf --drafts river ngram river+ngram \\
         --peers F16 --prompt-lookup --draft-model SMALL.gguf --prompts grounded -t 2 -r 2 \\
@@ -27,8 +27,9 @@ from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
 from river_cpp.decoding.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DRAFTS
 from river_cpp.engine.river import DEFAULT_RIVER_TYPE
-from river_cpp.measure import lossless, options
-from river_cpp.measure.corpus import prompt_set
+
+from river_bench import lossless, options
+from river_bench.prompts import prompt_set
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

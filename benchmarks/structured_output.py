@@ -1,5 +1,5 @@
 """Structured output: constrained chat completions against llama-cpp-python:
-a command line over river_cpp.measure.structured_output (its docstring says what is
+a command line over river_bench.structured_output (its docstring says what is
 timed and how to read it).
 
     python benchmarks/structured_output.py --help
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from river_cpp.measure import structured_output
+from river_bench import structured_output
 
 
 def main(argv: Optional[Sequence[str]] = None) -> object:

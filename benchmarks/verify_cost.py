@@ -4,7 +4,7 @@
 
 Each engine holds the same prompt (a HumanEval one; --prompt-set) in its cache; a
 forward of n more positions, logits at every one, is timed and rewound, n = 1..max-n,
-the two engines interleaved per repetition; medians (river_cpp.measure.costs.verify_curves). Lossless
+the two engines interleaved per repetition; medians (river_bench.costs.verify_curves). Lossless
 River's speed is bounded by this curve and the draft's cost (docs/results.md, "Lossless
 River"): where both engines show the same curve, the cost lies in ggml's kernels, not
 in ours.
@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure.corpus import PROMPT_SETS, prompt_set
-from river_cpp.measure.costs import verify_curves
 from river_cpp.measure.llama_peer import LlamaCppPeer
-from river_cpp.measure.options import add_model_argument
 from river_cpp.model import RiverModel
+
+from river_bench.costs import verify_curves
+from river_bench.options import add_model_argument
+from river_bench.prompts import PROMPT_SETS, prompt_set
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,5 +1,5 @@
 """Plain decode speed under each OpenMP wait policy, idle and beside a busy process
-(river_cpp.measure.wait_policy: what runs and why each run is a fresh process).
+(river_bench.wait_policy: what runs and why each run is a fresh process).
 
     python benchmarks/wait_policy.py -m MODEL.gguf -t 2 -r 3 --busy 1 --json out.json
 
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure import options, wait_policy
+
+from river_bench import options, wait_policy
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,5 +1,5 @@
 """Whole requests on long real inputs against llama-cpp-python: time to first token,
-whole-request time and decode tokens/s (river_cpp.measure.whole_requests: the task set,
+whole-request time and decode tokens/s (river_bench.whole_requests: the task set,
 the alternating app, what each column means).
 
     python benchmarks/whole_requests.py -m MODEL.gguf -t 2 --workload tasks alternate \\
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure import options, whole_requests
+
+from river_bench import options, whole_requests
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

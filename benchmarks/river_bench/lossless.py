@@ -37,9 +37,10 @@ import numpy as np
 from river_cpp.decoding.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, Speculative, draft_length_for
 from river_cpp.engine.backbone import Backbone
 from river_cpp.engine.weight_bytes import WeightBytes
-from river_cpp.measure.costs import ceiling, draft_cost, verify_costs
 from river_cpp.measure.ladder import rung_path
 from river_cpp.model import RiverModel
+
+from river_bench.costs import ceiling, draft_cost, verify_costs
 
 # ---------------------------------------------------------------- configurations
 

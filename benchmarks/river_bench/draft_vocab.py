@@ -29,8 +29,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from river_cpp.engine.policy import ExitPolicy
-from river_cpp.measure.costs import draft_cost, verify_costs
 from river_cpp.model import RiverModel
+
+from river_bench.costs import draft_cost, verify_costs
 
 ROW_CHOICES = ("first", "frequent", "first+context", "frequent+context")
 

@@ -1,4 +1,4 @@
-"""river_cpp.measure.draft_replay: the draft length replayed on recorded acceptance and
+"""river_bench.draft_replay: the draft length replayed on recorded acceptance and
 costs, through the loop's own round bookkeeping (speculative.observe_round)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 
 from river_cpp import RiverModel
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
-from river_cpp.measure import draft_replay
-from river_cpp.measure.draft_replay import Costs, ngram_offers, record, replay, summarize
+
+from river_bench import draft_replay
+from river_bench.draft_replay import Costs, ngram_offers, record, replay, summarize
 
 VERIFY = {"1": 1.0, "2": 1.5, "3": 1.75, "4": 2.0, "5": 2.1, "6": 2.2, "7": 2.3, "8": 2.4, "9": 2.5}
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
-from river_cpp.measure.corpus import prompt_set
+from river_bench.prompts import prompt_set
 
 # The defaults run first on each prompt, so that neither their prompt cache nor their
 # draft memory can reuse what a plain run of the same prompt computed.

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from river_cpp import RiverModel
-from river_cpp.measure.corpus import prompt_set
+
+from river_bench.prompts import prompt_set
 
 MODES = ("off", "on", "bitwise")
 # The goal sets: 16 input-grounded prompts and 10 chat ones.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from river_cpp.measure.corpus import PROMPT_SETS
+from river_bench.prompts import PROMPT_SETS
 
 DEFAULT_N_PROMPTS = 4
 DEFAULT_TOKENS = 128

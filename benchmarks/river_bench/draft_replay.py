@@ -11,7 +11,7 @@ the policy many times in milliseconds:
   drafting on the shared cache exactly as the loop does;
 - the measured costs: single timings of a drafted token and of a one-position verify,
   so the replay draws from their real spread (stalls included), and the median cost of
-  verifying n positions (river_cpp.measure.costs.verify_costs), which scales a
+  verifying n positions (river_bench.costs.verify_costs), which scales a
   one-position draw into an n-position one.
 
 The replay runs the loop's own round controller over the prompts in turn: the
@@ -42,9 +42,10 @@ from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, Ngram
 from river_cpp.decoding.speculative import Speculative, new_draft_length, observe_round
 from river_cpp.engine.backbone import common_prefix
 from river_cpp.engine.policy import ExitPolicy
-from river_cpp.measure.corpus import prompt_set
-from river_cpp.measure.costs import verify_costs
 from river_cpp.model import RiverModel
+
+from river_bench.costs import verify_costs
+from river_bench.prompts import prompt_set
 
 # ---------------------------------------------------------------- recording
 

@@ -1,10 +1,10 @@
-"""river_cpp.measure.projection: the bandwidth-bound projection of a lossless run."""
+"""river_bench.projection: the bandwidth-bound projection of a lossless run."""
 
 from __future__ import annotations
 
 import pytest
 
-from river_cpp.measure.projection import project
+from river_bench.projection import project
 
 
 def test_project_charges_river_forwards_at_their_bytes():

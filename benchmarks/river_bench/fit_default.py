@@ -29,7 +29,8 @@ from river_cpp import RiverModel, Speculative
 from river_cpp._child import python_command
 from river_cpp.decoding.decision import default_draft
 from river_cpp.engine.backbone import common_prefix
-from river_cpp.measure.corpus import prompt_set
+
+from river_bench.prompts import prompt_set
 
 SETS = ("chat", "grounded")
 
@@ -164,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         peaks = {}
         for which in ("default", "plain"):
             argv = ["-m", args.model, "-t", str(args.threads), "--peak-of", which]
-            command = python_command("from river_cpp.measure.fit_default import main; main(sys.argv[1:])", *argv)
+            command = python_command("from river_bench.fit_default import main; main(sys.argv[1:])", *argv)
             peaks[which] = int(subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()[-1])
         out = {"model": args.model, "peak_bytes": peaks, "ratio": peaks["default"] / peaks["plain"]}
         print(

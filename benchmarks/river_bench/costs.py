@@ -1,9 +1,9 @@
 """What a forward costs: a backbone verify of n positions, a drafted river token, and
 the speed lossless decoding could reach from those costs.
 
-Timed the same way for the lossless benchmark (river_cpp.measure.lossless), the draft
-replay's traces (river_cpp.measure.draft_replay), the draft head's cost
-(river_cpp.measure.draft_vocab) and the verify curve against llama.cpp
+Timed the same way for the lossless benchmark (river_bench.lossless), the draft
+replay's traces (river_bench.draft_replay), the draft head's cost
+(river_bench.draft_vocab) and the verify curve against llama.cpp
 (verify_curves): medians of single timings, the cache rewound after each.
 """
 

@@ -1,6 +1,6 @@
 """Repeated work: decode speed where requests repeat one another, against plain decoding.
 
-Three sets of requests, written for this benchmark (river_cpp/data/repeated_work/):
+Three sets of requests, written for this benchmark (benchmarks/river_bench/data/repeated_work/):
 - extraction: 12 orders pasted in turn, each to be answered with one JSON object of
   the same keys;
 - edits: 8 edits across the files of one small Python project, which is also the
@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from river_cpp.decoding.speculative import DEFAULT_MAX_DRAFT, Speculative
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "repeated_work"
+DATA = Path(__file__).resolve().parent / "data" / "repeated_work"
 SETS = ("extraction", "edits", "chat")
 CONFIGS = ("plain", "context", "memory", "lookup")
 # Most tokens generated per request of each set (an edited file is cut there: the
@@ -298,7 +298,7 @@ def measure_repeated_work(
     draft = "river+ngram" if model.has_river else "ngram"
     results = []
     for name in sets:
-        forget_memory_of(model)  # a set's memory holds its own requests only
+        forget_memory_of(model.backbone)  # a set's memory holds its own requests only (the loop runs on the backbone)
         corpus = (str(project_folder()),) if name == "edits" else ()
         configs = {
             "plain": False,

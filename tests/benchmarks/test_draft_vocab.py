@@ -1,10 +1,10 @@
-"""river_cpp.measure.draft_vocab: the share of output tokens a head over some rows covers."""
+"""river_bench.draft_vocab: the share of output tokens a head over some rows covers."""
 
 from __future__ import annotations
 
 import pytest
 
-from river_cpp.measure.draft_vocab import coverage
+from river_bench.draft_vocab import coverage
 
 
 def test_coverage_counts_output_tokens_in_the_rows():

@@ -1,4 +1,4 @@
-"""river_cpp.measure.whole_requests: the long-input set is whole (every task names a
+"""river_bench.whole_requests: the long-input set is whole (every task names a
 document that is there, with its licence noted), and the summary's ratios and identity
 count are what its timings say."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from river_cpp.measure.whole_requests import DATA, FOLLOW_UPS, Timing, load_set, summary, table_lines, task_messages
+from river_bench.whole_requests import DATA, FOLLOW_UPS, Timing, load_set, summary, table_lines, task_messages
 
 
 def test_the_long_input_set_is_complete():

@@ -1,4 +1,4 @@
-"""river_cpp.measure.repeated_work: the sets load, every configuration runs each request
+"""river_bench.repeated_work: the sets load, every configuration runs each request
 in turn, and the lossless rows are checked token for token against plain decoding."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.measure.repeated_work import (
+
+from river_bench.repeated_work import (
     SETS,
     chat_requests,
     edit_requests,
@@ -51,7 +52,7 @@ def test_unknown_sets_are_refused(tiny_llama4, river_cache):
 
 
 def test_top2_gap_is_taken_where_the_tokens_first_differ(tiny_llama4, river_cache):
-    from river_cpp.measure.repeated_work import top2_gap
+    from river_bench.repeated_work import top2_gap
 
     with RiverModel(tiny_llama4, n_ctx=256, n_threads=1, river=None, progress=False) as model:
         reference = model.generate("Hello", max_tokens=4, temperature=0.0, speculative=False).token_ids

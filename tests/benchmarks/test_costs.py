@@ -1,4 +1,4 @@
-"""river_cpp.measure.costs: verify and draft timings leave the cache as they found
+"""river_bench.costs: verify and draft timings leave the cache as they found
 it, and the ceiling is the best full-acceptance speed over the timed verify sizes."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.measure.costs import ceiling, draft_cost, median_seconds, verify_costs, verify_curves
+
+from river_bench.costs import ceiling, draft_cost, median_seconds, verify_costs, verify_curves
 
 
 def test_ceiling_takes_the_best_timed_size():

@@ -1,4 +1,4 @@
-"""river_cpp.measure.options: the benchmark scripts' shared options, one default each."""
+"""river_bench.options: the benchmark scripts' shared options, one default each."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from river_cpp._cpus import default_n_threads
 from river_cpp.apps.cli._common import add_threads_argument
-from river_cpp.measure.options import (
+
+from river_bench.options import (
     DEFAULT_N_PROMPTS,
     DEFAULT_TOKENS,
     add_model_argument,

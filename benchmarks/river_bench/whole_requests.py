@@ -3,7 +3,7 @@ speed, against llama-cpp-python on the same file (benchmarks/whole_requests.py i
 command line).
 
 Two workloads, greedy, every configuration on the same token ids:
-- tasks: the long-input set (river_cpp/data/long_inputs: two standard-library modules
+- tasks: the long-input set (benchmarks/river_bench/data/long_inputs: two standard-library modules
   and a licence text, 1.5-2.5k tokens, with a question, a quote, an edit or a fresh
   request after each), every request from an empty cache (model.reset()), so that the
   prefill is paid as a new user's first request pays it;
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "long_inputs"
+DATA = Path(__file__).resolve().parent / "data" / "long_inputs"
 WORKLOADS = ("tasks", "alternate", "disk")
 CONFIGS = ("plain", "default", "llama", "llama-ram")
 LLAMA_RAM_BYTES = 2 << 30  # LlamaRAMCache's capacity in `alternate`: the two documents' states fit

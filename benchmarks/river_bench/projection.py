@@ -1,5 +1,5 @@
 """A projection, not a measurement: lossless decoding's speed on a device where
-bandwidth rules, from the counts of CPU runs (river_cpp.measure.lossless's JSON,
+bandwidth rules, from the counts of CPU runs (river_bench.lossless's JSON,
 benchmarks/speculative.py --json); benchmarks/projection.py is its command line.
 
 Assumptions, stated with every table: a forward's time is the matrix bytes it reads

@@ -1,4 +1,4 @@
-"""river_cpp.measure.graph_reuse: the decode configurations, timed, and their summary."""
+"""river_bench.graph_reuse: the decode configurations, timed, and their summary."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.measure.graph_reuse import POLICIES, run, summarize, table_lines
+
+from river_bench.graph_reuse import POLICIES, run, summarize, table_lines
 
 
 def _decode(tps: float) -> dict:
