@@ -263,11 +263,6 @@ class DraftLength:
         """The single-source acceptance (the first source seen; the prior before any)."""
         return next(iter(self.sources.values()), SourceEstimate()).acceptance
 
-    def next(self, room: int, source: str = "river") -> int:
-        """The draft length of the next round for one source that can draft any
-        length, at most `room`."""
-        return self.choose(room, {source: self.max_draft})[1]
-
     def choose(self, room: int, offers: Mapping[str, int]) -> tuple[str, int]:
         """(source, k) of the next round: `offers` maps each source that can draft this
         round to the most tokens it can propose; k = 0 (source PLAIN) is plain decoding.

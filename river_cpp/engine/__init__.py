@@ -3,10 +3,11 @@
 - backbone: the interface the decoding loops run on (forward, rewind, the cached
   prefix, sizes, tokenizer, close) and the checks its implementations share;
 - graph_backbone: river-cpp's own graph (_core, C++ in csrc/) with the river sharing its
-  KV cache, exit policies (policy), placement on devices and RPC servers;
+  KV cache, exit policies, placement on devices and RPC servers;
 - llama_backbone: llama.cpp's own context, for every architecture llama.cpp runs (no river);
 - backbone_choice: which of the two runs a file; river_choice: which river pays on it;
-- steps: a prompt into the cache, one decode step; context: the check that tokens fit;
+- policy: the exit thresholds per depth; context: the check that tokens fit;
+- prompt_cache: earlier prompts' KV states, kept by their token ids;
 - tokenizer: llama.cpp's tokenizer and chat templates (vocabulary only);
 - river, backbones, convert, cache, weight_bytes: the river's GGUF (built and cached),
   F16 backbones of quantized releases, the cache folder, the bytes a step reads;

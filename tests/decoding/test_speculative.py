@@ -337,7 +337,7 @@ def _feed(
     verify = verify or (lambda n: verify_one * (1 + verify_slope * (n - 1)))
     chosen = []
     for _ in range(rounds):
-        k = length.next(room=1000)
+        _, k = length.choose(1000, {"river": length.max_draft})
         chosen.append(k)
         accepted = 0
         while accepted < k and (accepted + 1) <= round(acceptance * k + 1e-9):
@@ -402,7 +402,7 @@ def test_one_accepted_probe_does_not_outweigh_the_rounds_before_it():
     length = DraftLength(8, adaptive=True)
 
     def round_(n_drafted: int, n_accepted: int) -> None:
-        length.next(room=1000)
+        length.choose(1000, {"river": length.max_draft})
         length.observe(
             n_drafted=n_drafted,
             n_accepted=n_accepted,
@@ -494,8 +494,9 @@ def test_draft_length_grows_at_most_twofold_into_unmeasured_lengths():
 
 def test_fixed_draft_length():
     length = DraftLength(5, adaptive=False)
-    assert [length.next(room=100) for _ in range(3)] == [5, 5, 5]
-    assert length.next(room=2) == 2
+    offers = {"river": length.max_draft}
+    assert [length.choose(100, offers) for _ in range(3)] == [("river", 5)] * 3
+    assert length.choose(2, offers) == ("river", 2)
 
 
 # ---------------------------------------------------------------- options
