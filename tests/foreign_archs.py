@@ -1,6 +1,9 @@
 """Tiny random GGUFs of architectures river-cpp's graph does not build (phi3, qwen3moe,
 olmo2, granite), written with gguf-py in the tensor layout llama.cpp loads for each, so
-that the llama.cpp backbone is tested on real architecture code without a download."""
+that the llama.cpp backbone is tested on real architecture code without a download.
+Any other name gets llama's layout: UNLISTED, an architecture llama.cpp runs in that
+layout but gguf-py's list of names (MODEL_ARCH_NAMES) lacks, and names llama.cpp does
+not know at all."""
 
 from __future__ import annotations
 
@@ -15,10 +18,14 @@ HEAD_DIM = N_EMBD // N_HEAD
 N_KV = HEAD_DIM * N_HEAD_KV
 N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 64
 ARCHITECTURES = ("phi3", "qwen3moe", "olmo2", "granite")
+# llama.cpp (llama-cpp-python 0.3.36) loads nanbeige in llama's layout (src/models/nanbeige.cpp);
+# gguf-py 0.19.0 does not name it.
+UNLISTED = "nanbeige"
 
 
 def write_foreign_gguf(path: Path, arch: str, tokenizer: list, *, n_layer: int = 2, seed: int = 0) -> Path:
-    """A random-weight GGUF of `arch` (one of ARCHITECTURES) with the demo model's tokenizer."""
+    """A random-weight GGUF of `arch` (one of ARCHITECTURES, else in llama's layout) with
+    the demo model's tokenizer."""
     rng = np.random.default_rng(seed)
     n_vocab = len(next(f for f in tokenizer if f.name == gguf.Keys.Tokenizer.LIST).data)
 

@@ -98,6 +98,21 @@ def _run(llm: llama_cpp.Llama, ids, n_tokens) -> LlamaRun:
         llm.close()
 
 
+def llama_cpp_greedy(path, prompt_ids, n_tokens) -> list[int]:
+    """llama.cpp's own greedy loop (llama-cpp-python's Llama.generate) on the CPU: the
+    first `n_tokens` tokens it generates after `prompt_ids`."""
+    llm = cpu_llama(path, n_ctx=512, n_threads=2, n_batch=512, verbose=False)
+    try:
+        out = []
+        for token in llm.generate(prompt_ids, top_k=1, temp=0.0, repeat_penalty=1.0):
+            out.append(int(token))
+            if len(out) == n_tokens:
+                break
+        return out
+    finally:
+        llm.close()
+
+
 def llama_logits_and_greedy(path, ids, n_tokens):
     """llama.cpp's logits of every prompt position and its greedy continuation."""
     run = llama_run(path, ids, n_tokens)

@@ -1,6 +1,8 @@
 """Which backbone runs a GGUF: river-cpp's graph where it builds the file's
-architecture, llama.cpp's own context for every other one. The one place this is
-decided; the facade (river_cpp.RiverModel) asks, and `info` and `generate -v` print why.
+architecture, llama.cpp's own context for every other one (no list of llama.cpp's names
+is consulted: llama.cpp itself says, when it loads the file, whether it knows the
+architecture). The one place this is decided; the facade (river_cpp.RiverModel) asks,
+and `info` and `generate -v` print why.
 """
 
 from __future__ import annotations
@@ -15,14 +17,6 @@ from river_cpp.engine.gguf_info import read_gguf_info
 GRAPH = "graph"
 LLAMA_CPP = "llama.cpp"
 ENGINES = ("auto", GRAPH, LLAMA_CPP)
-
-
-def _llama_cpp_architectures() -> frozenset[str]:
-    """The general.architecture names of llama.cpp's converters (gguf-py, the package
-    that writes GGUFs for the llama.cpp we load)."""
-    import gguf
-
-    return frozenset(gguf.MODEL_ARCH_NAMES.values())
 
 
 @dataclass(frozen=True)
@@ -40,7 +34,10 @@ class BackboneChoice:
 def choose_backbone(path: Union[str, os.PathLike], engine: str = "auto") -> BackboneChoice:
     """The backbone of the GGUF at `path`: `engine` "graph" or "llama.cpp" as asked, or
     "auto": the graph for the architectures it builds (the river, lossy exits), llama.cpp
-    otherwise (exact decoding and the drafts that need no river)."""
+    for every other (exact decoding and the drafts that need no river; where llama.cpp
+    does not know the architecture either, its load raises one error that says both).
+    A header without a readable architecture goes to the graph, whose loader says what
+    is wrong with it."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     built = _core.graph_architectures()
@@ -54,10 +51,8 @@ def choose_backbone(path: Union[str, os.PathLike], engine: str = "auto") -> Back
         return BackboneChoice(LLAMA_CPP, arch, "asked for (engine='llama.cpp')")
     if arch in built:
         return BackboneChoice(GRAPH, arch, f"river-cpp's graph builds '{arch}': the river and its exits are available")
-    if arch not in _llama_cpp_architectures():
-        # not a name llama.cpp knows either (a damaged header, a typo): the graph's loader
-        # says what is wrong with it and which architectures it builds
-        return BackboneChoice(GRAPH, arch, "an architecture neither backbone knows")
+    if arch == "?":
+        return BackboneChoice(GRAPH, arch, "no architecture could be read from the file's header")
     return BackboneChoice(
         LLAMA_CPP,
         arch,

@@ -4,8 +4,11 @@ backbone interface, for every architecture llama.cpp runs.
 It has one weight set and no river: every route is the full model and no token exits.
 Devices, n_gpu_layers and the CPU's extra buffer types are llama.cpp's own; a batch asks
 for the logits of the rows it needs, and a rewind removes the rejected positions from
-llama.cpp's memory. It knows nothing of decoding: the exact drafts that need no river
-(n-grams, the draft memory, the corpus, a grammar's forced tokens) run on it unchanged.
+llama.cpp's memory. A recurrent state (mamba, rwkv, the recurrent layers of hybrids)
+cannot lose its last positions: there a rewind restores the state saved before the last
+batch of several tokens (or the empty state) and runs the kept positions after it
+again. It knows nothing of decoding: the exact drafts that need no river (n-grams, the
+draft memory, the corpus, a grammar's forced tokens) run on it unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +39,27 @@ N_BATCH = 512
 _default_params_lock = threading.Lock()
 # A NULL-terminated list of no devices (llama_model_params.devices).
 _NO_DEVICES = (ctypes.c_void_p * 1)()
+# What llama.cpp logs when a file's general.architecture is not one of its names.
+_UNKNOWN_ARCHITECTURE = "unknown model architecture"
+
+# The memory a llama.cpp model keeps of a sequence (LlamaCppBackbone.memory).
+ATTENTION = "attention"  # a KV cache, cut at any position
+RECURRENT = "recurrent"  # one state per sequence, at its end (mamba, rwkv)
+HYBRID = "hybrid"  # a recurrent state beside attention layers' KV cache (jamba, granitehybrid, ...)
+_RESTORED = (
+    "{state}, which llama.cpp keeps at the sequence's end only: each verify saves the state before "
+    "it, and a rejected draft restores that and runs the kept tokens again (drafts stay exact; the "
+    "round guard rests drafts whose rounds lose to plain decoding); a prompt reuses the cache, or a "
+    "prompt cache entry, where it continues that sequence whole, and one that departs inside it runs "
+    "again from the saved state or the start"
+)
+# What `river-cpp info` says a model's memory means for drafts and reused prompts.
+MEMORY_NOTES = {
+    ATTENTION: "a KV cache: a rejected draft's positions are dropped, and a prompt reuses any prefix "
+    "it shares with the cache or the prompt cache",
+    RECURRENT: _RESTORED.format(state="a recurrent state"),
+    HYBRID: _RESTORED.format(state="a recurrent state beside a KV cache"),
+}
 
 
 def llama_cpp_version() -> str:
@@ -87,6 +111,67 @@ def load_llama(path: Union[str, os.PathLike], *, cpu_only: bool = False, **optio
         llama.close()
         raise RuntimeError("this llama-cpp-python ignored use_extra_bufts=False; the context would use unsafe layouts")
     return llama
+
+
+def model_memory(model: ctypes.c_void_p) -> str:
+    """The memory (ATTENTION, RECURRENT or HYBRID) llama.cpp keeps for a loaded llama_model."""
+    import llama_cpp
+
+    if llama_cpp.llama_model_is_hybrid(model):
+        return HYBRID
+    if llama_cpp.llama_model_is_recurrent(model):
+        return RECURRENT
+    return ATTENTION
+
+
+def probe_llama_cpp(path: Union[str, os.PathLike]) -> str:
+    """Ask llama.cpp whether it loads the GGUF at `path` (its header and vocabulary only,
+    no weights): the memory its architecture keeps (model_memory). Raises RiverError
+    where it does not, saying whether llama.cpp did not recognise the architecture (then
+    also which ones river-cpp's graph builds) or could not load the file."""
+    import llama_cpp
+    from llama_cpp import _logger
+
+    arch = str(read_gguf_info(path).get("general.architecture", "?"))
+    _core.check_vocabulary(str(path))  # llama.cpp aborts the process on some broken vocabularies
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    params.devices = ctypes.addressof(_NO_DEVICES)
+    logged: list[str] = []
+
+    @llama_cpp.llama_log_callback
+    def keep_line(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        logged.append(text.decode("utf-8", errors="replace"))
+
+    # llama.cpp says why a load failed only in its log: listen to it for this one load
+    # (llama_log_set is process-wide; llama-cpp-python's own callback goes back after)
+    llama_cpp.llama_log_set(keep_line, ctypes.c_void_p(0))
+    try:
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)
+    finally:
+        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+    if not model:
+        raise _core.RiverError(load_failure_message(path, arch, unknown=_UNKNOWN_ARCHITECTURE in "".join(logged)))
+    try:
+        return model_memory(model)
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
+def load_failure_message(path: Union[str, os.PathLike], arch: str, *, unknown: bool) -> str:
+    """Why neither backbone runs the file at `path`: llama.cpp did not recognise its
+    architecture (`unknown`), or could not load it."""
+    version = llama_cpp_version()
+    if unknown:
+        return (
+            f"{path}: neither backbone knows the architecture '{arch}': river-cpp's graph builds "
+            f"{', '.join(_core.graph_architectures())}, and llama.cpp (llama-cpp-python {version}) did not "
+            "recognise it"
+        )
+    return (
+        f"llama.cpp (llama-cpp-python {version}) could not load {path} (architecture '{arch}', which "
+        "river-cpp's graph does not build): the file is damaged or incomplete"
+    )
 
 
 class LlamaCppBackbone:
@@ -145,10 +230,11 @@ class LlamaCppBackbone:
                 verbose=verbose,
             )
         except ValueError as error:  # llama-cpp-python's "Failed to load model from file"
-            raise _core.RiverError(
-                f"llama.cpp could not load {path} (architecture '{self.arch}'): the file is damaged, or this "
-                f"llama.cpp (llama-cpp-python {llama_cpp_version()}) does not run that architecture"
-            ) from error
+            probe_llama_cpp(path)  # raises, saying whether llama.cpp knows the architecture
+            raise _core.RiverError(load_failure_message(path, self.arch, unknown=False)) from error
+        # what a rewind can cut (ATTENTION), or must restore and run again
+        self.memory: str = model_memory(self._llama.model)
+        self._snapshot = _Snapshot()
         # river-cpp's tokenizer, so that prompts split and pieces join exactly as on the graph
         self._tokenizer = Tokenizer(self.model_path)
         self._last_n_tokens = 0
@@ -246,10 +332,36 @@ class LlamaCppBackbone:
         self.rewind(0)
 
     def rewind(self, n_past: int) -> None:
-        """Keep the first `n_past` positions of the cache."""
+        """Keep the first `n_past` positions of the cache. A recurrent state cannot lose
+        its last positions: it goes back to the state saved before the last batch of
+        several tokens where that lies within them (else to the empty state), and the
+        kept positions after it run again."""
         n_past = check_n_past(n_past, self.n_past)
-        self.llama._ctx.kv_cache_seq_rm(-1, n_past, -1)
-        self.llama.n_tokens = n_past
+        llama = self.llama
+        if n_past == llama.n_tokens:
+            return
+        if self.memory == ATTENTION:
+            self._remove_from(n_past)
+            llama.n_tokens = n_past
+            return
+        kept = llama.input_ids[:n_past].tolist()
+        start = self._snapshot.n_past
+        if start is not None and start <= n_past and self._snapshot.restore(llama.ctx):
+            self._remove_from(start)  # a hybrid's KV cache past the saved state
+        else:
+            start = 0
+            self._snapshot.drop()
+            self._remove_from(0)
+        llama.n_tokens = start
+        self._decode(kept[start:])
+
+    def _remove_from(self, n_past: int) -> None:
+        """Drop positions n_past.. from llama.cpp's memory of the sequence; RuntimeError
+        where it refuses (a recurrent state cut short)."""
+        if not self.llama._ctx.kv_cache_seq_rm(0, n_past, -1):
+            raise RuntimeError(
+                f"llama.cpp could not drop positions {n_past}.. of its {self.memory} memory of {self.n_past}"
+            )
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """How many leading `ids` the cache holds (every position is the full model's)."""
@@ -287,11 +399,12 @@ class LlamaCppBackbone:
         import llama_cpp
 
         llama = self.llama
-        llama._ctx.kv_cache_seq_rm(-1, 0, -1)
+        self._snapshot.drop()
+        self._remove_from(0)
         llama.n_tokens = 0
         buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
         if llama_cpp.llama_state_seq_set_data(llama.ctx, buffer, len(state), 0) != len(state):
-            llama._ctx.kv_cache_seq_rm(-1, 0, -1)
+            self._remove_from(0)
             raise ValueError("llama.cpp refused the saved sequence state")
         llama.input_ids[: len(ids)] = list(ids)
         llama.n_tokens = len(ids)
@@ -329,16 +442,10 @@ class LlamaCppBackbone:
 
                 llama_cpp.llama_set_n_threads(llama.ctx, n_threads, n_threads)
                 self._applied_threads = n_threads
-        llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
-        for start in range(0, len(ids), N_BATCH):
-            batch = ids[start : start + N_BATCH]
-            llama._batch.set_batch(batch=batch, n_past=llama.n_tokens, logits_all=not last_only)
-            llama._ctx.decode(llama._batch)
-            llama.input_ids[llama.n_tokens : llama.n_tokens + len(batch)] = batch
-            llama.n_tokens += len(batch)
-            if not last_only:
-                rows = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(len(batch) * n_vocab,))
-                logits[start : start + len(batch)] = rows.reshape(len(batch), n_vocab)
+        if self.memory != ATTENTION and len(ids) > 1 and llama.n_tokens > 0:
+            # a verify's drafts (or a prompt) may be cut back to any of these positions
+            self._snapshot.save(llama.ctx, llama.n_tokens)
+        self._decode(ids, None if last_only else logits)
         if last_only:
             import llama_cpp
 
@@ -346,3 +453,60 @@ class LlamaCppBackbone:
             logits[0] = np.ctypeslib.as_array(pointer, shape=(n_vocab,))
         self._last_n_tokens = len(ids)
         return logits
+
+    def _decode(self, ids: Sequence[int], logits: Optional[np.ndarray] = None) -> None:
+        """Append `ids` to the cache in N_BATCH-token batches; with `logits` (float32
+        [len(ids), n_vocab]), every row's logits into it, else llama.cpp computes the
+        last row's only. llama-cpp-python raises RuntimeError where a decode fails."""
+        llama = self.llama
+        n_vocab = self.n_vocab
+        for start in range(0, len(ids), N_BATCH):
+            batch = list(ids[start : start + N_BATCH])
+            llama._batch.set_batch(batch=batch, n_past=llama.n_tokens, logits_all=logits is not None)
+            llama._ctx.decode(llama._batch)
+            llama.input_ids[llama.n_tokens : llama.n_tokens + len(batch)] = batch
+            llama.n_tokens += len(batch)
+            if logits is not None:
+                rows = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(len(batch) * n_vocab,))
+                logits[start : start + len(batch)] = rows.reshape(len(batch), n_vocab)
+
+
+class _Snapshot:
+    """A recurrent state saved before a batch: the position it was saved at and
+    llama.cpp's bytes of it (llama_state_seq_get_data_ext with the partial flag: the
+    recurrent state alone, without a hybrid's KV cache, which a rewind cuts), in a
+    buffer kept from one save to the next."""
+
+    def __init__(self) -> None:
+        self.n_past: Optional[int] = None  # None: no state held
+        self._buffer = (ctypes.c_uint8 * 0)()
+        self._size = 0
+
+    def save(self, ctx: ctypes.c_void_p, n_past: int) -> None:
+        import llama_cpp
+
+        size = llama_cpp.llama_state_seq_get_size_ext(ctx, 0, llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        if size > len(self._buffer):
+            self._buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data_ext(
+            ctx, self._buffer, size, 0, llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        )
+        if written != size:
+            self.drop()
+            raise RuntimeError(f"llama.cpp saved {written} of the recurrent state's {size} bytes")
+        self._size, self.n_past = size, n_past
+
+    def restore(self, ctx: ctypes.c_void_p) -> bool:
+        """Make the sequence's recurrent state the saved one (a hybrid's KV cache stays);
+        False where llama.cpp refused it (then it holds no recurrent state)."""
+        import llama_cpp
+
+        read = llama_cpp.llama_state_seq_set_data_ext(
+            ctx, self._buffer, self._size, 0, llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        )
+        if read != self._size:
+            self.drop()
+        return read == self._size
+
+    def drop(self) -> None:
+        self.n_past = None

@@ -107,3 +107,38 @@ def test_info_runs_with_and_without_vulkan_devices(visible):
     assert info["devices"][-1]["type"] == "cpu"
     names = [d["name"] for d in info["devices"]]
     assert len(names) == len(set(names))
+
+
+# ---------------------------------------------------------------- with a model llama.cpp runs
+
+
+def test_info_on_a_recurrent_model_says_what_its_memory_allows(tmp_path, tokenizer_fields, capsys):
+    from recurrent_archs import write_recurrent_gguf
+
+    from river_cpp.engine.llama_backbone import MEMORY_NOTES, RECURRENT
+
+    path = write_recurrent_gguf(tmp_path / "tiny_mamba.gguf", "mamba", tokenizer_fields)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "backbone: llama.cpp" in out and f"memory: recurrent ({MEMORY_NOTES[RECURRENT]})" in out
+    assert main(["info", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backbone"]["memory"] == RECURRENT
+
+
+def test_info_on_an_architecture_gguf_py_does_not_name(tmp_path, tokenizer_fields, capsys):
+    from foreign_archs import UNLISTED, write_foreign_gguf
+
+    path = write_foreign_gguf(tmp_path / "tiny_unlisted.gguf", UNLISTED, tokenizer_fields)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "backbone: llama.cpp" in out and f"not '{UNLISTED}'" in out and "memory: attention" in out
+
+
+def test_info_on_an_unknown_architecture_is_one_error(tmp_path, tokenizer_fields, capsys):
+    from foreign_archs import write_foreign_gguf
+
+    path = write_foreign_gguf(tmp_path / "tiny_nonesuch.gguf", "nonesuch", tokenizer_fields)
+    assert main(["info", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("river-cpp: error:") and err.count("\n") == 1
+    assert "'nonesuch'" in err and ", ".join(_core.graph_architectures()) in err and "did not recognise" in err

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from foreign_archs import ARCHITECTURES, write_foreign_gguf
+from llama_run import llama_cpp_greedy
 
 from river_cpp import ExitPolicy, Llama, RiverModel
 
@@ -31,22 +32,6 @@ def foreign_gguf(request, tmp_path_factory, tokenizer_fields) -> Path:
 def foreign_model(foreign_gguf: Path) -> RiverModel:
     with RiverModel(foreign_gguf, n_ctx=512, n_threads=2) as model:
         yield model
-
-
-def llama_cpp_greedy(path: Path, prompt_ids: list[int], n: int) -> list[int]:
-    """llama.cpp's own greedy loop (llama-cpp-python's Llama.generate), on the CPU."""
-    from river_cpp.engine.llama_backbone import load_llama
-
-    llm = load_llama(path, n_ctx=512, n_threads=2, n_batch=512, verbose=False, cpu_only=True)
-    try:
-        out = []
-        for token in llm.generate(prompt_ids, top_k=1, temp=0.0, repeat_penalty=1.0):
-            out.append(int(token))
-            if len(out) == n:
-                break
-        return out
-    finally:
-        llm.close()
 
 
 def test_foreign_architecture_loads_on_llama_cpp(foreign_model):

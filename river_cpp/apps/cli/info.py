@@ -54,12 +54,22 @@ def run(args: argparse.Namespace) -> int:
         if backbone.kind == GRAPH:
             choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
             info["river_choice"] = choice.as_dict()
+        else:
+            from river_cpp.engine.llama_backbone import probe_llama_cpp
+
+            # raises where llama.cpp does not load the file either, saying so
+            info["backbone"]["memory"] = probe_llama_cpp(args.model)
     if args.json:
         print(json.dumps(info, indent=1))
     else:
         print(format_system_info(info))
         if backbone is not None:
             print(f"{args.model}\n" + backbone.describe())
+            if "memory" in info["backbone"]:
+                from river_cpp.engine.llama_backbone import MEMORY_NOTES
+
+                memory = info["backbone"]["memory"]
+                print(f"memory: {memory} ({MEMORY_NOTES[memory]})")
         if choice is not None:
             print(choice.describe())
     return 0
