@@ -342,7 +342,7 @@ def observe_round(
     draft, scored against the n_accepted + 1 tokens it emitted. `unused`: each free
     source on offer -> (tokens it proposed, how many of them agree with the emitted
     ones); the chosen one among them is skipped. The loop calls this after every
-    round, and river_cpp.measure.draft_replay after every replayed one."""
+    round, and river_bench.draft_replay (benchmarks/) after every replayed one."""
     lengths.observe(
         n_drafted=sum(n for _, n in spans),
         n_accepted=n_accepted,
