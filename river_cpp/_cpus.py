@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -226,6 +227,19 @@ class WaitPolicy:
         return f"{shown} ({why})"
 
 
+# What wait_policy() warns, once, when an OpenMP runtime loaded first (a framework that
+# imports llama_cpp loads ggml's): that runtime read its wait settings as it loaded, and
+# neither libgomp nor libomp takes new ones later (libgomp has no call for its spin count).
+TOO_LATE_WARNING = (
+    "river_cpp was imported after an OpenMP runtime had loaded (llama_cpp loads ggml's; a framework "
+    "imported first imports llama_cpp), so ggml's threads keep that runtime's long spin at each barrier "
+    "instead of river-cpp's short one, and run several times slower beside another busy process. "
+    "Import river_cpp before the framework, or set "
+    + " ".join(f"{k}={v}" for k, v in DEFAULT_WAIT.items())
+    + " in the environment before Python starts"
+)
+
+
 def _openmp_loaded(maps: Callable[[], Optional[str]]) -> bool:
     text = maps() or ""
     return any(name in text for name in ("libgomp", "libomp", "libiomp"))
@@ -255,10 +269,13 @@ _wait_policy: Optional[WaitPolicy] = None
 
 
 def wait_policy() -> WaitPolicy:
-    """The wait policy this process runs under (set once, at `import river_cpp`)."""
+    """The wait policy this process runs under (set once, at `import river_cpp`); a
+    RuntimeWarning says what to do when OpenMP loaded before it could be set."""
     global _wait_policy
     if _wait_policy is None:
         _wait_policy = set_wait_policy()
+        if _wait_policy.source == "too late":
+            warnings.warn(TOO_LATE_WARNING, RuntimeWarning, stacklevel=2)
     return _wait_policy
 
 

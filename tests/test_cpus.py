@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from river_cpp._child import python_command
 from river_cpp._cpus import (
     DEFAULT_WAIT,
+    TOO_LATE_WARNING,
     ThreadGovernor,
     choose_threads,
     parse_cpu_list,
@@ -126,6 +128,26 @@ def test_import_order_in_a_fresh_process():
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["river-cpp", DEFAULT_WAIT["GOMP_SPINCOUNT"]]
+
+
+@pytest.mark.parametrize("first", ["llama_cpp", "river_cpp"])
+def test_a_framework_imported_first_is_warned_of_once(first):
+    # An app that imports its framework (and with it llama_cpp, which loads ggml's
+    # libgomp) before river_cpp: the runtime has read its wait settings already.
+    pytest.importorskip("llama_cpp")
+    env = {k: v for k, v in os.environ.items() if k not in DEFAULT_WAIT and k != "OMP_WAIT_POLICY"}
+    second = "river_cpp" if first == "llama_cpp" else "llama_cpp"
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        f"import {first}, {second}, importlib, river_cpp._cpus as cpus\n"
+        "importlib.reload(river_cpp)  # a second import of the package warns no more\n"
+        "print(cpus.wait_policy().source)"
+    )
+    out = subprocess.run(python_command(code), env=env, capture_output=True, text=True, check=True)
+    late = first == "llama_cpp"
+    assert out.stdout.strip() == ("too late" if late else "river-cpp")
+    assert out.stderr.count("RuntimeWarning") == (1 if late else 0), out.stderr
+    assert (TOO_LATE_WARNING in out.stderr) == late
 
 
 class _FakeProc:

@@ -3,7 +3,8 @@
 - llama, llama_compat, patch: river_cpp.Llama (llama-cpp-python's `Llama` on river-cpp),
   the constructor keywords it takes, and patch_llama_cpp for frameworks that build
   llama_cpp.Llama themselves;
-- completions: OpenAI-shaped completions and chat completions (llama-cpp-python's API);
+- completions, completion_text: OpenAI-shaped completions and chat completions
+  (llama-cpp-python's API), their text as llama-cpp-python gives it from the tokens' bytes;
 - chat_template, structured, tools: the GGUF's chat template, response_format and
   grammars, tool calls;
 - embeddings: llama.cpp's pooled embeddings of the same file;

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
 from river_cpp.apps.chat_template import ChatTemplate, chat_template
+from river_cpp.apps.completion_text import CompletionText, TextPiece
 from river_cpp.apps.structured import request_grammar
 from river_cpp.apps.tools import (
     ToolCallStream,
@@ -65,7 +66,9 @@ class _Run:
     cached_tokens: int = 0
     token_ids: list[int] = field(default_factory=list)
     exit_layers: list[int] = field(default_factory=list)
-    text: str = ""
+    # the text, as llama-cpp-python gives it from the tokens' bytes
+    output: CompletionText = field(default_factory=CompletionText)
+    chunks: list[GenerationChunk] = field(default_factory=list)
     finish_reason: Optional[str] = None
     started: float = field(default_factory=time.perf_counter)
     first_token_at: Optional[float] = None
@@ -74,9 +77,33 @@ class _Run:
     # why a call that would draft decodes plainly (its logits hooks run on each step)
     plain_reason: Optional[str] = None
 
+    @property
+    def text(self) -> str:
+        """The completion's text (invalid UTF-8 dropped, cut before a stop string)."""
+        return self.output.text
 
-def _run(stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -> Iterator[GenerationChunk]:
-    """The chunks of `stream` (which holds the model's lock while it runs); fills `run`."""
+
+@dataclass
+class _Piece:
+    """One text chunk of a stream and the generated tokens it gives (their logprobs)."""
+
+    text: str
+    chunks: list[GenerationChunk]
+
+
+def _run(model, stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -> Iterator[_Piece]:
+    """The text pieces of `stream` (which holds the model's lock while it runs), cut
+    as llama-cpp-python's stream cuts them (river_cpp.apps.completion_text); fills `run`.
+    The end-of-turn token that ends a generation is no completion token: no piece
+    gives it, and usage does not count it (llama-cpp-python's rule)."""
+    given = 0  # chunks of run.chunks a piece gave
+
+    def pieces(cut: list[TextPiece]) -> Iterator[_Piece]:
+        nonlocal given
+        for piece in cut:
+            yield _Piece(piece.text, run.chunks[given : given + piece.n_tokens])
+            given += piece.n_tokens
+
     try:
         run.started = time.perf_counter()
         for chunk in stream:
@@ -84,14 +111,17 @@ def _run(stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -> Itera
                 run.first_token_at = time.perf_counter()
             run.token_ids.append(chunk.token_id)
             run.exit_layers.append(chunk.exit_layer)
-            run.text += chunk.text
-            yield chunk
+            if not model.tokenizer.is_end_of_generation(chunk.token_id):
+                run.chunks.append(chunk)
+                yield from pieces(run.output.push(model.tokenizer.detokenize_bytes([chunk.token_id])))
             if cancel is not None and cancel.is_set():
                 run.finish_reason = CANCELLED
-                return
-        result = stream.result
-        run.finish_reason = result.finish_reason
-        run.speculative = result.speculative
+                break
+        else:
+            result = stream.result
+            run.finish_reason = result.finish_reason
+            run.speculative = result.speculative
+        yield from pieces(run.output.finish())
     finally:
         run.ended_at = time.perf_counter()
         stream.close()
@@ -131,7 +161,8 @@ def _start(
     # What the prompt cache will reuse, as the generation's own prefill will find it
     # (the model's lock is taken by the stream's first chunk, after this).
     cached = model.reusable_prefix(prompt_ids, decoding)
-    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached, plain_reason=plain_reason)
+    output = CompletionText(decoding.sampling.stop, each_token=logprobs is not None)
+    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached, plain_reason=plain_reason, output=output)
 
 
 def _decoding(
@@ -158,7 +189,7 @@ def _usage(model, run: _Run) -> dict[str, Any]:
     ended = run.ended_at or time.perf_counter()
     first = run.first_token_at or ended
     prompt_seconds, generation_seconds = first - run.started, ended - first
-    n_prompt, n_generated = len(run.prompt_ids), len(run.token_ids)
+    n_prompt, n_computed, n_generated = len(run.prompt_ids), len(run.token_ids), run.output.n_tokens
     river: dict[str, Any] = {
         "n_layer": model.n_layer,
         "mean_exit_layer": None if stats.n_tokens == 0 else round(stats.mean_exit_layer, 4),
@@ -169,8 +200,8 @@ def _usage(model, run: _Run) -> dict[str, Any]:
         "prompt_tokens_per_second": round((n_prompt - run.cached_tokens) / prompt_seconds, 2)
         if prompt_seconds > 0
         else 0.0,
-        "generation_tokens_per_second": round((n_generated - 1) / generation_seconds, 2)
-        if n_generated > 1 and generation_seconds > 0
+        "generation_tokens_per_second": round((n_computed - 1) / generation_seconds, 2)
+        if n_computed > 1 and generation_seconds > 0
         else 0.0,
     }
     if run.speculative is not None:
@@ -233,12 +264,8 @@ def _include_usage(stream_options: Optional[Mapping[str, Any]]) -> bool:
 
 
 def _piece(model, token: int) -> str:
-    return model.tokenizer.detokenize_bytes([token]).decode("utf-8", errors="replace")
-
-
-def _is_shown(model, chunk: GenerationChunk) -> bool:
-    """Whether a token belongs in logprobs (an end-of-generation token has no text)."""
-    return not model.tokenizer.is_end_of_generation(chunk.token_id)
+    """A token's text alone, invalid UTF-8 dropped (as llama-cpp-python shows it)."""
+    return model.tokenizer.detokenize_bytes([token]).decode("utf-8", errors="ignore")
 
 
 class _CompletionLogprobs:
@@ -248,22 +275,22 @@ class _CompletionLogprobs:
         """`prompt_chars`: where the completion starts in prompt + completion (OpenAI's
         text_offset counts from the prompt's start, as llama-cpp-python's does)."""
         self._model = model
-        self._offset = prompt_chars
+        self._prompt_chars = prompt_chars
+        self._before = b""  # the bytes of the tokens already given
 
     def of(self, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
+        """The object of `chunks` (completion tokens, in order, after those of earlier calls)."""
         out: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
         for chunk in chunks:
-            if not _is_shown(self._model, chunk):
-                continue
-            piece = _piece(self._model, chunk.token_id)
-            out["tokens"].append(piece)
-            out["text_offset"].append(self._offset)
+            out["tokens"].append(_piece(self._model, chunk.token_id))
+            # the text before the token, decoded whole: a character split across tokens counts once
+            out["text_offset"].append(self._prompt_chars + len(self._before.decode("utf-8", errors="ignore")))
             out["token_logprobs"].append(chunk.logprob)
             top: dict[str, float] = {}
             for token, logprob in chunk.top_logprobs or ():
                 top.setdefault(_piece(self._model, token), logprob)
             out["top_logprobs"].append(top)
-            self._offset += len(piece)
+            self._before += self._model.tokenizer.detokenize_bytes([chunk.token_id])
         return out
 
 
@@ -272,14 +299,13 @@ def _chat_logprobs(model, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
 
     def entry(token: int, logprob: float) -> dict[str, Any]:
         raw = model.tokenizer.detokenize_bytes([token])
-        return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
+        return {"token": raw.decode("utf-8", errors="ignore"), "logprob": logprob, "bytes": list(raw)}
 
     content = []
     for chunk in chunks:
-        if _is_shown(model, chunk):
-            item = entry(chunk.token_id, chunk.logprob)
-            item["top_logprobs"] = [entry(t, lp) for t, lp in chunk.top_logprobs or ()]
-            content.append(item)
+        item = entry(chunk.token_id, chunk.logprob)
+        item["top_logprobs"] = [entry(t, lp) for t, lp in chunk.top_logprobs or ()]
+        content.append(item)
     return {"content": content}
 
 
@@ -369,7 +395,7 @@ def create_completion(
         grammar=request_grammar(model, grammar=grammar),
         hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
     )
-    chunks = _run(generation, run, cancel)
+    pieces = _run(model, generation, run, cancel)
     base = {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
@@ -378,15 +404,16 @@ def create_completion(
     }
     if stream:
         logprobs_of = _CompletionLogprobs(model, _prompt_chars(model, prompt)) if n_top is not None else None
-        return _completion_chunks(model, chunks, run, base, logprobs_of, include_usage)
-    every = list(chunks)
+        return _completion_chunks(model, pieces, run, base, logprobs_of, include_usage)
+    for _ in pieces:  # the text is run.text, whole
+        pass
     return {
         **base,
         "choices": [
             {
                 "text": run.text,
                 "index": 0,
-                "logprobs": _CompletionLogprobs(model, _prompt_chars(model, prompt)).of(every)
+                "logprobs": _CompletionLogprobs(model, _prompt_chars(model, prompt)).of(run.chunks)
                 if n_top is not None
                 else None,
                 "finish_reason": run.finish_reason,
@@ -460,35 +487,33 @@ def _prompt_chars(model, prompt: Union[str, Sequence[int]]) -> int:
 
 def _completion_chunks(
     model,
-    chunks: Iterator[GenerationChunk],
+    pieces: Iterator[_Piece],
     run: _Run,
     base: dict[str, Any],
     logprobs: Optional[_CompletionLogprobs],
     include_usage: bool,
 ) -> Iterator[dict[str, Any]]:
+    """A chunk per piece (an empty text too, as llama-cpp-python's), then the one that
+    gives the finish reason."""
     extra = {"usage": None} if include_usage else {}
-    pending: list[GenerationChunk] = []
 
-    def chunk(text: str, finish_reason: Optional[str]) -> dict[str, Any]:
+    def chunk(text: str, of: Optional[Sequence[GenerationChunk]], finish_reason: Optional[str]) -> dict[str, Any]:
         choice = {
             "text": text,
             "index": 0,
-            "logprobs": logprobs.of(pending) if logprobs is not None else None,
+            "logprobs": logprobs.of(of) if logprobs is not None and of is not None else None,
             "finish_reason": finish_reason,
         }
-        pending.clear()
         return {**base, "choices": [choice], **extra}
 
     try:
-        for piece in chunks:
-            pending.append(piece)
-            if piece.text:
-                yield chunk(piece.text, None)
-        yield chunk("", run.finish_reason)
+        for piece in pieces:
+            yield chunk(piece.text, piece.chunks, None)
+        yield chunk("", None, run.finish_reason)
         if include_usage:
             yield {**base, "choices": [], "usage": _usage(model, run)}
     finally:
-        chunks.close()
+        pieces.close()
 
 
 # ---------------------------------------------------------------- chat
@@ -689,12 +714,13 @@ def create_chat_completion(
         ),
         hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
     )
-    chunks = _run(generation, run, cancel)
+    pieces = _run(model, generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(model, model_name)}
     if stream:
         named = request.named if request is not None else None
-        return _chat_chunks(model, chunks, run, base, logprobs, include_usage, syntax, named)
-    every = list(chunks)
+        return _chat_chunks(model, pieces, run, base, logprobs, include_usage, syntax, named)
+    for _ in pieces:  # the text is run.text, whole
+        pass
     message: dict[str, Any] = {"role": "assistant", "content": run.text}
     finish_reason = run.finish_reason
     if syntax is not None:
@@ -711,7 +737,7 @@ def create_chat_completion(
             {
                 "index": 0,
                 "message": message,
-                "logprobs": _chat_logprobs(model, every) if logprobs else None,
+                "logprobs": _chat_logprobs(model, run.chunks) if logprobs else None,
                 "finish_reason": finish_reason,
             }
         ],
@@ -745,7 +771,7 @@ def _chat_grammar(
 
 def _chat_chunks(
     model,
-    chunks: Iterator[GenerationChunk],
+    pieces: Iterator[_Piece],
     run: _Run,
     base: dict[str, Any],
     with_logprobs: bool,
@@ -753,7 +779,8 @@ def _chat_chunks(
     syntax: Optional[str] = None,
     named: Optional[str] = None,
 ) -> Iterator[dict[str, Any]]:
-    """The chat chunk dicts; with a tool-call `syntax`, text that may be a call is held
+    """The chat chunk dicts: a content delta per piece (an empty one too, as
+    llama-cpp-python's); with a tool-call `syntax`, text that may be a call is held
     back and a call is sent as OpenAI's tool_calls deltas at the end."""
     base = {**base, "object": "chat.completion.chunk"}
     calls = ToolCallStream(syntax, named) if syntax is not None else None
@@ -764,17 +791,20 @@ def _chat_chunks(
         choice = {
             "index": 0,
             "delta": delta,
-            "logprobs": _chat_logprobs(model, pending) if with_logprobs else None,
+            "logprobs": _chat_logprobs(model, pending) if with_logprobs and pending else None,
             "finish_reason": finish_reason,
         }
         pending.clear()
         return {**base, "choices": [choice], **extra}
 
     try:
-        yield chunk({"role": "assistant", "content": ""}, None)
-        for piece in chunks:
-            pending.append(piece)
-            text = calls.push(piece.text) if calls is not None else piece.text
+        yield chunk({"role": "assistant"}, None)
+        for piece in pieces:
+            pending.extend(piece.chunks)
+            if calls is None:
+                yield chunk({"content": piece.text}, None)
+                continue
+            text = calls.push(piece.text)
             if text:
                 yield chunk({"content": text}, None)
         finish_reason = run.finish_reason
@@ -793,4 +823,4 @@ def _chat_chunks(
         if include_usage:
             yield {**base, "choices": [], "usage": _usage(model, run)}
     finally:
-        chunks.close()
+        pieces.close()

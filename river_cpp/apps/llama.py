@@ -9,9 +9,13 @@ river-cpp's `river` block and cached-token count added to `usage`); decoding is
 RiverModel's, exact by default: drafts verified by the backbone, the tokens plain
 decoding gives, greedy token for token and sampled with the same seed. Sampled
 output draws from river-cpp's own seeded generator, so a seed gives river-cpp's
-reproducible draw, not llama.cpp's. Every keyword llama-cpp-python takes is served,
-accepted because it cannot change the output (one warning names those ignored), or
-refused with an error naming it (river_cpp.apps.llama_compat's tables say why).
+reproducible draw, not llama.cpp's; seeds follow llama-cpp-python 0.3.36's rule
+(a call without one takes the next of a fixed sequence, so a script samples the
+same on every run). Text is llama-cpp-python's from the same tokens: invalid UTF-8
+dropped, streams cut into its chunks (river_cpp.apps.completion_text). Every
+keyword llama-cpp-python takes is served, accepted because it cannot change the
+output (a warning, once per process, names those ignored), or refused with an
+error naming it (river_cpp.apps.llama_compat's tables say why).
 Embeddings run on llama.cpp's own context on the same file (river_cpp.apps.embeddings).
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import os
+import random
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -82,8 +87,21 @@ def _river_options() -> frozenset[str]:
 
 
 def _random_seed(seed: Optional[int]) -> bool:
-    """Whether `seed` asks for a fresh random seed (None, -1, LLAMA_DEFAULT_SEED)."""
+    """Whether llama.cpp's sampler reads `seed` as "a fresh random seed" (None, -1,
+    LLAMA_DEFAULT_SEED)."""
     return seed is None or seed == -1 or seed == LLAMA_DEFAULT_SEED
+
+
+def _draw_seed(seed: Optional[int]) -> Optional[int]:
+    """The seed river-cpp's sampler takes for llama-cpp-python's `seed` (None: fresh entropy)."""
+    return None if _random_seed(seed) else seed
+
+
+def _next_seed(seed: int) -> int:
+    """The seed llama-cpp-python 0.3.36 gives a completion called without one, after
+    `seed`: a number drawn by Python's random.Random(seed) (so the sequence is the same
+    in every process: a script's "random" samples repeat from run to run)."""
+    return random.Random(seed).randint(0, 2**32)
 
 
 # Set while river_cpp.Llama builds its model: a llama_cpp.Llama(...) made then is
@@ -124,16 +142,20 @@ class Llama:
         policy, speculative, prefill, progress, ...).
 
         n_ctx=0: the GGUF's training context, capped so the KV cache fits in half the
-        memory available (a warning says when). seed -1 (or LLAMA_DEFAULT_SEED): a
-        fresh seed each call. chat_format: None (the GGUF's template) or one of
-        llama-cpp-python's names, served by the GGUF's template where it is of that
-        family. embedding=True: embed() / create_embedding() on llama.cpp's
-        context of the same file (pooling_type -1: the GGUF's pooling); the
-        generating model then loads on first use. RoPE / YaRN settings are accepted
-        when equal to the GGUF's. Keywords that only change speed or memory
-        (n_batch, flash_attn, use_mlock, offload_kqv, type_k, n_parts, f16_kv, ...)
-        are accepted; one warning names those ignored. Keywords that would change
-        the output and cannot be served raise ValueError naming them."""
+        memory available (a warning says when). seed: as llama-cpp-python 0.3.36, each
+        completion without a seed of its own takes the next of a sequence that starts
+        from this seed (-1 and LLAMA_DEFAULT_SEED included), so a script gives the same
+        samples on every run; a call's seed -1 draws fresh entropy. chat_format: None
+        (the GGUF's template) or one of llama-cpp-python's names, served by the GGUF's
+        template where it is of that family. embedding=True: embed() /
+        create_embedding() on llama.cpp's context of the same file (pooling_type -1:
+        the GGUF's pooling); the generating model then loads on first use. RoPE /
+        YaRN settings are accepted when equal to the GGUF's. Keywords that only
+        change speed or memory (n_batch, flash_attn, use_mlock, offload_kqv, type_k,
+        ...) are accepted; a warning names those ignored, once per process (none at
+        llama-cpp-python's default, nor n_parts, f16_kv, device, which it ignores
+        too). Keywords that would change the output and cannot be served raise
+        ValueError naming them."""
         # what __getstate__ gives pickle: the constructor's arguments, as llama-cpp-python's
         self._init_arguments = dict(
             model_path=os.fspath(model_path),
@@ -164,6 +186,8 @@ class Llama:
         compat.check_rope(self._info, {n: options.pop(n) for n in _ROPE if n in options})
         sizing = {n: options.pop(n, default) for n, default in compat.SIZING.items()}
         ignored = {n: options.pop(n) for n in list(options) if n in compat.IGNORED}
+        for name in compat.UNUSED:
+            options.pop(name, None)
         river_options = _river_options()
         unknown = [n for n in options if n not in river_options and n != "attention_type"]
         ignored.update((name, options.pop(name)) for name in unknown)
@@ -177,7 +201,7 @@ class Llama:
             rpc_servers = [s.strip() for s in rpc_servers.split(",") if s.strip()]
         self.model_path = path
         self.last_n_tokens_size = last_n_tokens_size
-        self._seed = None if _random_seed(seed) else seed
+        self._seed: Optional[int] = seed or LLAMA_DEFAULT_SEED  # as llama-cpp-python keeps it
         self.cache: Any = None
         self._logits_all = bool(sizing["logits_all"])
         self.n_batch = min(n_ctx, int(sizing["n_batch"]))
@@ -391,8 +415,9 @@ class Llama:
         self._logits, self._logits_at = None, -1
 
     def set_seed(self, seed: int) -> None:
-        """The seed of calls that give none (-1 or LLAMA_DEFAULT_SEED: a fresh one each call)."""
-        self._seed = None if _random_seed(seed) else seed
+        """The seed eval/sample/generate draw with, and the one the next completion
+        without a seed takes its own from (see __init__)."""
+        self._seed = seed
 
     def set_cache(self, cache: Any) -> None:
         """llama-cpp-python's prompt cache slot: a llama_cpp.LlamaRAMCache or LlamaDiskCache
@@ -415,9 +440,7 @@ class Llama:
     def save_state(self) -> LlamaState:
         """The cached token sequence and the seed."""
         ids = self.input_ids
-        return LlamaState(
-            input_ids=ids, n_tokens=int(ids.size), seed=LLAMA_DEFAULT_SEED if self._seed is None else self._seed
-        )
+        return LlamaState(input_ids=ids, n_tokens=int(ids.size), seed=self._seed)
 
     def load_state(self, state: LlamaState) -> None:
         """Bring the cache to `state`'s tokens (recomputed by the backbone) and its seed."""
@@ -498,7 +521,7 @@ class Llama:
             frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty,
             repeat_last_n=self.last_n_tokens_size,
-            seed=self._seed,
+            seed=_draw_seed(self._seed),
         )
 
     def _grammar(self, grammar: Any):
@@ -614,11 +637,10 @@ class Llama:
         for name in REFUSED_SAMPLING:
             compat.refuse(name, options.pop(name, REFUSED_SAMPLING[name][0]), REFUSED_SAMPLING)
         options.pop("tfs_z", None)  # tail-free sampling left llama.cpp; llama-cpp-python ignores it too
-        if seed is None:
-            seed = self._seed
-        elif _random_seed(seed):
-            seed = None
-        options["seed"] = seed
+        # llama-cpp-python's rule: every completion sets the seed it draws with, its own
+        # or the next in the sequence (greedy ones too, which draw nothing)
+        self._seed = _next_seed(self._seed) if seed is None else seed
+        options["seed"] = _draw_seed(self._seed)
         if options.get("top_k") is not None and options["top_k"] <= 0:
             options["top_k"] = 0  # llama.cpp: top-k off
         if options.get("temperature", 0) < 0:  # llama.cpp's dist sampler alone: the raw distribution

@@ -17,7 +17,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from river_cpp.engine.gguf_info import ArraySummary, GgufInfo
 
-# llama_cpp.LLAMA_DEFAULT_SEED: "a fresh random seed"
+# llama_cpp.LLAMA_DEFAULT_SEED: llama.cpp's "a fresh random seed" (llama-cpp-python's
+# calls without a seed still draw theirs from a fixed sequence: river_cpp.apps.llama)
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 # llama_cpp.LLAMA_ROPE_SCALING_TYPE_*: the GGUF's rope.scaling.type names by number
 ROPE_SCALING_TYPES = {"none": 0, "linear": 1, "yarn": 2, "longrope": 3}
@@ -32,9 +33,8 @@ SIZING = {
     "logits_all": False,
     "no_perf": False,
 }
-# Keywords accepted and ignored: they change speed or memory only (or nothing in
-# llama-cpp-python either). A value other than llama-cpp-python's default is named in
-# one warning per constructor call, with why.
+# Keywords accepted and ignored: they change speed or memory only. A value other than
+# llama-cpp-python's default is named, with why, in a warning once per process.
 IGNORED: dict[str, tuple[Any, str]] = {
     "split_mode": (1, "river-cpp places layers itself (n_gpu_layers, main_gpu)"),
     "tensor_split": (None, "river-cpp places layers itself (n_gpu_layers, main_gpu)"),
@@ -48,10 +48,10 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "type_v": (None, "the KV cache stays F16: the output is the unquantized cache's"),
     "draft_model": (None, "river-cpp drafts itself (speculative=river_cpp.Speculative(...))"),
     "vocab_only": (False, "the whole model is loaded"),
-    # older llama-cpp-python keywords LangChain still passes; llama-cpp-python ignores them
-    "n_parts": (-1, "llama-cpp-python ignores it too"),
-    "f16_kv": (True, "llama-cpp-python ignores it too"),
 }
+# Keywords llama-cpp-python 0.3.36 takes and ignores whatever their value (older ones
+# LangChain still passes, LangChain's `device`): accepted silently, as there.
+UNUSED = ("n_parts", "f16_kv", "device")
 # Constructor keywords that would change the output and cannot be served: refused
 # unless they keep llama-cpp-python's default (the RoPE and YaRN ones are also
 # accepted when equal to the GGUF's own: see check_rope).
@@ -80,20 +80,40 @@ def refuse(name: str, value: Any, table: Mapping[str, tuple[Any, str]]) -> None:
         raise ValueError(f"river_cpp.Llama cannot serve {name}={value!r}: {why}")
 
 
+# The keywords this process has warned of: each is named once, not at every
+# construction (a framework builds a Llama per chain, per request, ...).
+_warned: set[str] = set()
+
+
+def warn_once(name: str, message: str, *, stacklevel: int = 3) -> bool:
+    """Warn `message` unless this process has warned of `name`; whether it warned."""
+    if name in _warned:
+        return False
+    _warned.add(name)
+    warnings.warn(message, stacklevel=stacklevel + 1)
+    return True
+
+
 def warn_ignored(options: Mapping[str, Any], *, unknown: Sequence[str] = ()) -> list[str]:
     """One warning naming each ignored keyword set to something other than its
     default (IGNORED) and each keyword neither llama-cpp-python nor river-cpp knows
-    (llama-cpp-python ignores those silently); the names warned of."""
+    given a value other than None (llama-cpp-python ignores those silently), leaving
+    out those this process has named already; the names warned of now."""
     named = [
         n
         for n, v in options.items()
         if n in IGNORED and n not in unknown and v is not IGNORED[n][0] and v != IGNORED[n][0]
     ]
-    lines = [f"{n}={options[n]!r} ({IGNORED[n][1]})" for n in named]
-    lines += [f"{n}={options[n]!r} (not a keyword river-cpp or llama-cpp-python uses)" for n in unknown]
-    if lines:
-        warnings.warn("river_cpp.Llama ignores " + "; ".join(lines), stacklevel=3)
-    return [*named, *unknown]
+    named += [n for n in unknown if options[n] is not None]
+    named = [n for n in named if n not in _warned]
+    why = {n: IGNORED[n][1] if n in IGNORED else "not a keyword river-cpp or llama-cpp-python uses" for n in named}
+    if named:
+        lines = [f"{n}={options[n]!r} ({why[n]})" for n in named]
+        warnings.warn(
+            "river_cpp.Llama ignores " + "; ".join(lines) + " (each keyword is named once per process)", stacklevel=3
+        )
+        _warned.update(named)
+    return named
 
 
 # ---------------------------------------------------------------- the GGUF's settings
@@ -111,7 +131,7 @@ def check_rope(info: GgufInfo, options: Mapping[str, Any]) -> None:
     """ValueError naming a RoPE or YaRN keyword that asks for other than the GGUF's
     own settings (0 / -1 / None: the GGUF's, as in llama-cpp-python). One exception:
     rope_freq_base=10000.0, LangChain's default on every model, keeps the GGUF's base
-    with a warning (llama-cpp-python applies it and changes the output)."""
+    with a warning once per process (llama-cpp-python applies it and changes the output)."""
     base = float(_meta(info, "rope.freq_base", 10000.0))
     scaling = str(_meta(info, "rope.scaling.type", "none"))
     factor = float(_meta(info, "rope.scaling.factor", 0.0) or 0.0)
@@ -126,11 +146,11 @@ def check_rope(info: GgufInfo, options: Mapping[str, Any]) -> None:
             continue
         if not isinstance(value, (int, float)) or abs(float(value) - own) > 1e-6 * max(1.0, abs(own)):
             if name == "rope_freq_base" and value == LANGCHAIN_ROPE_FREQ_BASE:
-                warnings.warn(
+                warn_once(
+                    name,
                     f"river_cpp.Llama keeps the GGUF's rope_freq_base ({own!r}), not {value!r}: LangChain's "
                     "LlamaCpp / ChatLlamaCpp pass 10000.0 by default, which llama-cpp-python would apply "
-                    "(changing the model's output); pass rope_freq_base=0 to silence this",
-                    stacklevel=3,
+                    "(changing the model's output); pass rope_freq_base=0 to silence this (named once per process)",
                 )
                 continue
             raise ValueError(

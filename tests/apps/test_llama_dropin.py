@@ -5,7 +5,9 @@ syntax, the low-level eval / sample / generate, and verbose output on stderr."""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 import river_cpp
 from river_cpp import Speculative
+from river_cpp._child import python_command
 from river_cpp.apps import llama_compat
 from river_cpp.engine.gguf_info import read_gguf_info
 
@@ -25,6 +28,12 @@ def _cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         yield
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """A process that has warned of no keyword yet."""
+    monkeypatch.setattr(llama_compat, "_warned", set())
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +61,22 @@ FRAMEWORK_KEYWORDS = {
         use_mmap=True,
         last_n_tokens_size=64,
         verbose=False,
+        rope_freq_scale=1.0,
+        rope_freq_base=10000.0,  # the tiny files' own base
+    ),
+    "langchain LlamaCppEmbeddings": dict(
+        embedding=True,
+        n_ctx=N_CTX,
+        n_parts=-1,
+        seed=-1,
+        f16_kv=False,
+        logits_all=False,
+        vocab_only=False,
+        use_mlock=False,
+        n_threads=None,
+        n_batch=512,
+        verbose=False,
+        device=None,
     ),
     "langchain ChatLlamaCpp": dict(
         n_ctx=N_CTX, n_parts=-1, seed=-1, f16_kv=True, rope_freq_scale=1.0, rope_freq_base=0.0, n_batch=8, verbose=False
@@ -62,14 +87,17 @@ FRAMEWORK_KEYWORDS = {
 
 
 @pytest.mark.parametrize("framework", FRAMEWORK_KEYWORDS)
-def test_every_framework_keyword_set_constructs_without_a_warning(tiny_llama, framework):
+def test_every_framework_keyword_set_constructs_without_a_warning(tiny_llama, framework, fresh_warnings):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with river_cpp.Llama(model_path=str(tiny_llama), **FRAMEWORK_KEYWORDS[framework]) as llm:
-            assert llm("The river", max_tokens=3)["choices"][0]["text"] is not None
+            if llm.context_params.embeddings:
+                assert len(llm.embed("The river")) > 0
+            else:
+                assert llm("The river", max_tokens=3)["choices"][0]["text"] is not None
 
 
-def test_speed_only_keywords_are_accepted_with_one_warning_naming_them(tiny_llama):
+def test_speed_only_keywords_are_named_in_one_warning_once_per_process(tiny_llama, fresh_warnings):
     speed = dict(flash_attn=True, use_mlock=True, offload_kqv=False, type_k=8, n_batch=64, no_such_keyword=1)
     with pytest.warns(UserWarning) as caught:
         llm = river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, verbose=False, **speed)
@@ -79,6 +107,32 @@ def test_speed_only_keywords_are_accepted_with_one_warning_naming_them(tiny_llam
     for name in ("flash_attn", "use_mlock", "offload_kqv", "type_k", "no_such_keyword"):
         assert name in message
     assert "n_batch" not in message  # sizing is not "ignored": it shows in context_params
+    # the next construction (a framework makes one per chain) names only what is new
+    with pytest.warns(UserWarning) as caught:
+        river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, verbose=False, numa=True, **speed).close()
+    assert len(caught) == 1 and "numa" in str(caught[0].message) and "flash_attn" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, verbose=False, numa=True, **speed).close()
+
+
+class _Header:
+    """The part of a GGUF header check_rope reads: a RoPE base of 100000."""
+
+    arch = "llama"
+
+    def get(self, key: str, default=None):
+        return {"llama.rope.freq_base": 100000.0}.get(key, default)
+
+
+def test_langchains_rope_freq_base_is_named_once_per_process(fresh_warnings):
+    with pytest.warns(UserWarning, match="rope_freq_base"):
+        llama_compat.check_rope(_Header(), {"rope_freq_base": llama_compat.LANGCHAIN_ROPE_FREQ_BASE})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        llama_compat.check_rope(_Header(), {"rope_freq_base": llama_compat.LANGCHAIN_ROPE_FREQ_BASE})
+    with pytest.raises(ValueError, match="rope_freq_base"):
+        llama_compat.check_rope(_Header(), {"rope_freq_base": 5000.0})
 
 
 def test_rope_equal_to_the_gguf_is_accepted(tiny_llama):
@@ -122,6 +176,23 @@ def test_seed_minus_one_is_random_and_top_k_zero_or_less_is_off(llm, tiny_llama)
     assert llm("Once", seed=5, top_k=-1, **options)["choices"] == llm("Once", seed=5, top_k=0, **options)["choices"]
     with river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, seed=-1, verbose=False) as random_seeded:
         assert random_seeded("Once", **options)["choices"][0]["text"] is not None
+
+
+def test_calls_without_a_seed_sample_the_same_on_every_run(tiny_llama):
+    # llama-cpp-python 0.3.36: the constructor's seed (-1 here, LangChain's) starts a fixed
+    # sequence, and each call without a seed takes the next one.
+    code = (
+        "import sys, river_cpp\n"
+        "llm = river_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, seed=-1, verbose=False)\n"
+        "print(repr([llm('Once', max_tokens=8, temperature=1.0)['choices'][0]['text'] for _ in range(2)]))"
+    )
+    runs = [
+        subprocess.run(python_command(code, str(tiny_llama)), capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    first, second = ast.literal_eval(runs[0])
+    assert first != second  # the second call took the next seed
 
 
 def _only(token: int):
