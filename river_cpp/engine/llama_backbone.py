@@ -355,6 +355,16 @@ class LlamaCppBackbone:
         llama.n_tokens = start
         self._decode(kept[start:])
 
+    def _reusable(self, n: int) -> int:
+        """How many of the first `n` cached positions a rewind keeps without running any
+        of them again: all on a KV cache, or where they are the whole cached sequence; on
+        a recurrent state cut inside, those before its saved state (else none), so that a
+        prompt runs the rest in one batch and reports only what it reused."""
+        if self.memory == ATTENTION or n == self.n_past:
+            return n
+        saved = self._snapshot.n_past
+        return saved if saved is not None and saved <= n else 0
+
     def _remove_from(self, n_past: int) -> None:
         """Drop positions n_past.. from llama.cpp's memory of the sequence; RuntimeError
         where it refuses (a recurrent state cut short)."""
@@ -365,7 +375,7 @@ class LlamaCppBackbone:
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """How many leading `ids` the cache holds (every position is the full model's)."""
-        n = common_prefix(ids[:-1], self.cached_ids)  # the last must run
+        n = self._reusable(common_prefix(ids[:-1], self.cached_ids))  # the last must run
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
             n = self.prompt_cache.restore(self, ids, cached=n)
         return n

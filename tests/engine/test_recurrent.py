@@ -75,6 +75,7 @@ def test_rewind_gives_a_cold_forward_logits(recurrent_model, restores):
     backbone.reset()
     backbone.forward(ids[:20], last_only=True)
     backbone.forward(ids[20:30])  # a verify of 10: the state at 20 is saved
+    assert backbone.cached_prefix(ids[:24] + [1]) == 20 and backbone.cached_prefix(ids[:30] + [1]) == 30
     backbone.rewind(23)
     assert restores == [20] and backbone.n_past == 23 and backbone.cached_ids == ids[:23]
     after_cut = backbone.forward(ids[23:40])
@@ -117,6 +118,8 @@ def test_repeated_and_extended_prompts(recurrent_model, recurrent_gguf):
     the cached sequence whole (reused as it is)."""
     ids = recurrent_model.tokenize("The history of the river")
     first = recurrent_model.generate(ids, max_tokens=16, temperature=0)
+    # inside the cached sequence, past any saved state: computed again, not claimed as reused
+    assert recurrent_model.cached_prefix(ids) < len(ids) - 1
     again = recurrent_model.generate(ids, max_tokens=16, temperature=0)
     assert again.token_ids == first.token_ids == llama_cpp_greedy(recurrent_gguf, ids, 16)
     longer = ids + first.token_ids + recurrent_model.tokenize(" and the sea", add_bos=False)
