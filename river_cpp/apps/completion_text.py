@@ -32,6 +32,8 @@ from typing import Optional, Sequence
 _LEAD_BITS = ((0xF0, 4), (0xE0, 3), (0xC0, 2))
 # How many trailing bytes that test reads.
 _TAIL = 3
+# Python's reason for bytes that end inside a character (more bytes may complete it).
+_INCOMPLETE = "unexpected end of data"
 
 
 def _character_length(byte: int) -> int:
@@ -159,13 +161,16 @@ class CompletionText:
         return out
 
     def _decodable_run(self) -> Optional[int]:
-        """The fewest tokens from the first not given whose bytes decode as strict UTF-8."""
+        """The fewest tokens from the first not given whose bytes decode as strict UTF-8
+        (None: none do, nor will any with more tokens after them)."""
         data = b""
         for n, piece in enumerate(self._pieces[self._given :], start=1):
             data += piece
             try:
                 data.decode("utf-8")
-            except UnicodeDecodeError:
+            except UnicodeDecodeError as error:
+                if error.reason != _INCOMPLETE:  # invalid bytes: no longer run decodes either
+                    return None
                 continue
             return n
         return None

@@ -7,6 +7,7 @@ is river_cpp.decoding.generation's; HTTP, its validation and SSE framing are riv
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import numbers
@@ -275,22 +276,23 @@ class _CompletionLogprobs:
         """`prompt_chars`: where the completion starts in prompt + completion (OpenAI's
         text_offset counts from the prompt's start, as llama-cpp-python's does)."""
         self._model = model
-        self._prompt_chars = prompt_chars
-        self._before = b""  # the bytes of the tokens already given
+        # the text before the next token, its bytes decoded whole (as llama-cpp-python
+        # counts): a character split across tokens counts once, invalid bytes not at all
+        self._offset = prompt_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
 
     def of(self, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
         """The object of `chunks` (completion tokens, in order, after those of earlier calls)."""
         out: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
         for chunk in chunks:
             out["tokens"].append(_piece(self._model, chunk.token_id))
-            # the text before the token, decoded whole: a character split across tokens counts once
-            out["text_offset"].append(self._prompt_chars + len(self._before.decode("utf-8", errors="ignore")))
+            out["text_offset"].append(self._offset)
             out["token_logprobs"].append(chunk.logprob)
             top: dict[str, float] = {}
             for token, logprob in chunk.top_logprobs or ():
                 top.setdefault(_piece(self._model, token), logprob)
             out["top_logprobs"].append(top)
-            self._before += self._model.tokenizer.detokenize_bytes([chunk.token_id])
+            self._offset += len(self._decoder.decode(self._model.tokenizer.detokenize_bytes([chunk.token_id])))
         return out
 
 
@@ -341,7 +343,10 @@ def create_completion(
     **sampling_options: Any,
 ) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
     """A text completion of `prompt` as OpenAI's (and llama-cpp-python's) dict, or an
-    iterator of its chunk dicts with stream=True.
+    iterator of its chunk dicts with stream=True. The text and the chunks are
+    llama-cpp-python's from the same tokens (bytes that are not UTF-8 dropped; see
+    river_cpp.apps.completion_text); usage["completion_tokens"] leaves out the
+    end-of-turn token that ended the text, as llama-cpp-python counts.
 
     n: that many choices (index 0..n-1), generated one after another; with a seed,
     choice i samples with seed + i (see _n_choices).
