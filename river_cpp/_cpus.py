@@ -309,6 +309,39 @@ def _read_self_ticks() -> Optional[int]:
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the file)
 
 
+@dataclass(frozen=True)
+class CpuTicks:
+    """Clock ticks since boot: `busy` and `total` summed over the `n_cpus` CPUs this
+    process may use, and `own`, this process's (all its threads)."""
+
+    n_cpus: int
+    busy: int
+    total: int
+    own: int
+
+    def others_since(self, earlier: CpuTicks) -> Optional[float]:
+        """CPUs other processes kept busy on average from `earlier` to this reading
+        (None: no tick passed between the two)."""
+        if self.total <= earlier.total:
+            return None
+        share = self.n_cpus / (self.total - earlier.total)  # CPUs per tick of all the CPUs together
+        return max(0.0, ((self.busy - earlier.busy) - (self.own - earlier.own)) * share)
+
+    def ticks_per_cpu_since(self, earlier: CpuTicks) -> float:
+        """Clock ticks each CPU counted from `earlier` to this reading (how long the span was)."""
+        return (self.total - earlier.total) / max(1, self.n_cpus)
+
+
+def read_cpu_ticks(cpus: Optional[Iterable[int]] = None) -> Optional[CpuTicks]:
+    """CpuTicks now, of `cpus` (None: the CPUs this process may use), from /proc/stat
+    and /proc/self/stat; None where either cannot be read."""
+    allowed = frozenset(_allowed_cpus() if cpus is None else cpus)
+    stat, own = _read_proc_stat(allowed), _read_self_ticks()
+    if stat is None or own is None:
+        return None
+    return CpuTicks(len(allowed), *stat, own)
+
+
 class ThreadGovernor:
     """The thread count of the next forwards: at most `n_max`, one fewer for each CPU
     that other processes kept busy over the last `interval` seconds (rounded), at
@@ -334,7 +367,7 @@ class ThreadGovernor:
         self._n_cpus = len(allowed)
         self._read_stat = read_stat if read_stat is not None else (lambda: _read_proc_stat(allowed))
         self._read_self, self._clock, self.interval = read_self, clock, interval
-        self._last: Optional[tuple[float, int, int, int]] = None
+        self._last: Optional[tuple[float, CpuTicks]] = None
         self.n_threads = self.n_max
         self.others = 0.0  # CPUs other processes kept busy over the last interval
 
@@ -346,11 +379,10 @@ class ThreadGovernor:
         stat, own = self._read_stat(), self._read_self()
         if stat is None or own is None:
             return self.n_threads
-        busy, total = stat
-        if self._last is not None and total > self._last[2]:
-            _, busy0, total0, own0 = self._last
-            share = self._n_cpus / (total - total0)  # CPUs per tick of all the CPUs together
-            self.others = max(0.0, ((busy - busy0) - (own - own0)) * share)
-            self.n_threads = max(1, min(self.n_max, round(self._n_cpus - self.others)))
-        self._last = (now, busy, total, own)
+        ticks = CpuTicks(self._n_cpus, *stat, own)
+        others = ticks.others_since(self._last[1]) if self._last is not None else None
+        if others is not None:
+            self.others = others
+            self.n_threads = max(1, min(self.n_max, round(self._n_cpus - others)))
+        self._last = (now, ticks)
         return self.n_threads
