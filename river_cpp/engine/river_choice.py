@@ -15,7 +15,9 @@ The choice rests on three things, in this order:
 - a short timing, the first time for a file and thread count, cached in the cache
   folder: the backbone's verify curve V(n), and, for a type that passes on bytes, one
   drafted token of the built river (on CPUs the low-bit types decode slower than their
-  bytes say);
+  bytes say). A timing taken while other processes kept the CPUs busy is provisional:
+  this process decides on it, the cache does not keep it, and the next process times
+  again (a first impression must not hang on what else the machine did for a minute);
 - the acceptance each river type reached in measured runs (ACCEPTANCE).
 
 Where no type pays, the default builds and maps no river and drafts from n-gram
@@ -35,6 +37,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
+from river_cpp._cpus import CpuTicks, read_cpu_ticks
 from river_cpp.engine.backbone_choice import GRAPH, BackboneChoice, choose_backbone
 from river_cpp.engine.cache import cache_dir, file_identity
 from river_cpp.engine.gguf_info import read_gguf_info
@@ -66,7 +69,16 @@ VERIFY_SIZES = (1, 2, 4, 6, 9)
 # its fastest pass: other processes only ever slow a forward down, and on a shared
 # machine a median of a few still moved a 2-position verify between 0.8 and 3.3 steps.
 _TIMING_PASSES = 5
-_CHOICE_VERSION = 1  # bump when what the cache records changes meaning
+# A timing is provisional where other processes kept more than this share of the CPUs
+# busy while it ran. ggml's threads run in lockstep, so a process that takes a core
+# now and then stalls every thread: a timing beside a build had V(2) at 2.02 steps and
+# the IQ4_NL river at 0.71 of a step on the demo's file, and the choice built no river
+# where a quiet machine's timing builds one that keeps 75% of its drafts (issue 48).
+BUSY_SHARE = 0.1
+# A span shorter than this many clock ticks of each CPU (0.2 s at Linux's 100 a second)
+# says nothing of the load: a tick more or less would be the whole reading.
+_MIN_LOAD_TICKS = 20
+_CHOICE_VERSION = 2  # bump when what the cache records changes meaning (2: the load and time of the timing)
 CACHE_FOLDER = "river-choice"  # under cache_dir(): the timings, one file per backbone and thread count
 
 # Text the timing forwards run on: any tokens do, the cost does not depend on them.
@@ -78,10 +90,45 @@ _TIMING_TEXT = (
 
 @dataclasses.dataclass(frozen=True)
 class Timings:
-    """What the first timing measured: the verify curve and drafted-token costs."""
+    """What the first timing measured: the verify curve and drafted-token costs, when,
+    and how busy other processes kept the CPUs meanwhile."""
 
     verify: dict[int, float]  # positions -> seconds relative to one position
     draft_cost: dict[str, float] = field(default_factory=dict)  # river type -> a drafted token / a backbone step
+    taken: float = 0.0  # when its last part was timed, seconds since the epoch (0: handed in, not timed)
+    load: Optional[float] = None  # the most of the CPUs' share other processes kept busy (None: unknown)
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the machine was quiet enough for the timing to stand as the verdict
+        (an unknown load counts as quiet: there is nothing to wait for)."""
+        return self.load is None or self.load <= BUSY_SHARE
+
+    def with_costs(self, more: Timings) -> Timings:
+        """These timings and `more`'s drafted-token costs, as one record (the later time, the higher load)."""
+        loads = [x for x in (self.load, more.load) if x is not None]
+        return Timings(
+            self.verify,
+            {**self.draft_cost, **more.draft_cost},
+            max(self.taken, more.taken),
+            max(loads) if loads else None,
+        )
+
+    def describe(self) -> str:
+        """Which timing holds and when it was taken, one line for `river-cpp info MODEL`."""
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.taken))
+        if not self.quiet:
+            return (
+                f"timing: provisional, taken {when} while other processes kept {100 * self.load:.0f}% of the "
+                "CPUs busy; used by this process only, not cached: a run on a quiet machine times again"
+            )
+        machine = "on a quiet machine" if self.load is not None else "(the load during it is unknown)"
+        return f"timing: cached, taken {when} {machine}; `river-cpp info MODEL --retime` times again"
+
+    def as_dict(self) -> dict:
+        """Which timing holds, as plain data: {"taken" (ISO 8601), "load", "cached"}."""
+        taken = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.taken))
+        return {"taken": taken, "load": self.load, "cached": self.quiet}
 
     def verify_cost(self, positions: int) -> float:
         """V(positions): the timed sizes' costs, a line between them, the last step's
@@ -128,6 +175,12 @@ class RiverChoice:
     backbone_type: str  # the type most of the backbone's matrix bytes have
     backbone_bytes: int  # matrix bytes a backbone step reads (layers and head)
     candidates: tuple[Candidate, ...] = ()
+    timings: Optional[Timings] = None  # what the choice was weighed on
+
+    @property
+    def timed(self) -> bool:
+        """Whether the choice rests on a timing of this machine (not on timings handed in)."""
+        return self.timings is not None and self.timings.taken > 0
 
     def as_dict(self) -> dict:
         """Plain data (JSON-serializable), for `river-cpp info MODEL --json`."""
@@ -137,6 +190,7 @@ class RiverChoice:
             "backbone_type": self.backbone_type,
             "backbone_bytes": self.backbone_bytes,
             "candidates": [dataclasses.asdict(c) for c in self.candidates],
+            "timing": self.timings.as_dict() if self.timed else None,
         }
 
     def describe(self) -> str:
@@ -149,6 +203,8 @@ class RiverChoice:
                 f"  {c.river:<7} {c.river_bytes / 2**20:6.0f} MiB, drafted token {c.byte_cost:.2f} of a step by "
                 f"bytes{timed}, acceptance {c.acceptance:.2f} -> {c.speedup:.2f}x at {c.draft} drafts"
             )
+        if self.timed:
+            lines.append("  " + self.timings.describe())
         return "\n".join(lines)
 
 
@@ -201,19 +257,20 @@ def weigh(
             f"a drafted token costs {best.cost:.2f} of a {backbone_type} backbone step (timed), and at its "
             f"acceptance {best.acceptance:.2f} it promises {best.speedup:.2f}x"
         )
-        return RiverChoice(best.river, reason, backbone_type, backbone_bytes, tuple(candidates))
+        return RiverChoice(best.river, reason, backbone_type, backbone_bytes, tuple(candidates), timings)
     if best is not None:
-        reason = f"{best.river} pay on bytes but were not timed yet"
-        return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates))
+        reason = f"{best.river} would be faster than plain decoding by its size, but was not timed yet"
+        return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates), timings)
     cheapest = min(candidates, key=lambda c: c.cost)
     timed = " (timed)" if cheapest.timed_cost is not None else " by bytes"
     reason = (
-        f"no river pays on this {backbone_type} backbone: the cheapest, {cheapest.river}, costs "
+        f"no river would be faster than plain decoding on this {backbone_type} backbone: the cheapest, "
+        f"{cheapest.river}, costs "
         f"{cheapest.cost:.2f} of a step a drafted token{timed}, and a verify of 2 positions "
         f"{timings.verify_cost(2):.2f} steps; at most {max(c.speedup for c in candidates):.2f}x "
         f"predicted, below {MIN_SPEEDUP:.2f}x"
     )
-    return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates))
+    return RiverChoice(None, reason, backbone_type, backbone_bytes, tuple(candidates), timings)
 
 
 def choose_river(
@@ -222,6 +279,7 @@ def choose_river(
     n_threads: int,
     timer: Optional[Callable[..., Timings]] = None,
     retime: bool = False,
+    cpu_ticks: Callable[[], Optional[CpuTicks]] = read_cpu_ticks,
 ) -> RiverChoice:
     """The river the default builds for the backbone at `model_path` on `n_threads`
     threads (see the module's docstring). Times the backbone, and the river types that
@@ -230,18 +288,22 @@ def choose_river(
     chosen), then reads the timings from the cache folder.
 
     timer(model_path, river_types, n_threads=) -> Timings measures; the default is
-    time_costs. The cache is keyed by the file's identity, the thread count and the
-    CPU's extra buffer types in use. retime: time again instead of reading the cache
-    (a first timing on a loaded machine is kept otherwise; `river-cpp info MODEL
-    --retime` asks for this)."""
+    time_costs. cpu_ticks() reads the CPUs' clock ticks before and after each timing
+    (river_cpp._cpus.read_cpu_ticks): a timing during which other processes kept more
+    than BUSY_SHARE of the CPUs busy is provisional, used by this process (and kept for
+    its later calls) but not cached, so the next process times again. The cache is
+    keyed by the file's identity, the thread count and the CPU's extra buffer types in
+    use. retime: time again instead of reading the cache or this process's provisional
+    timing (`river-cpp info MODEL --retime` asks for this)."""
     path = Path(model_path)
     backbone_type, backbone_bytes, river_bytes = file_bytes(path)
     timer = timer or time_costs
     cache = _cache_path(path, n_threads)
-    timings = None if retime else _read_cache(cache, path)
+    identity = file_identity(path)
+    timings = None if retime else _provisional_timings(cache, identity) or _read_cache(cache, identity)
     if timings is None:
-        timings = timer(path, (), n_threads=n_threads)
-        _write_cache(cache, path, timings)
+        timings = _timed(timer, path, (), n_threads, cpu_ticks)
+        _keep(cache, identity, timings)
     built = []  # rivers built here to be timed
     while True:
         choice = weigh(backbone_type, backbone_bytes, river_bytes, timings)
@@ -253,10 +315,29 @@ def choose_river(
                     _forget_river(path, river)  # built to be timed, not chosen: "builds and maps none"
             return choice
         river = untimed.river
-        measured = timer(path, (river,), n_threads=n_threads).draft_cost
-        timings = Timings(timings.verify, {**timings.draft_cost, river: measured[river]})
-        _write_cache(cache, path, timings)
+        timings = timings.with_costs(_timed(timer, path, (river,), n_threads, cpu_ticks))
+        _keep(cache, identity, timings)
         built.append(river)
+
+
+def _timed(
+    timer: Callable[..., Timings],
+    path: Path,
+    river_types: Sequence[str],
+    n_threads: int,
+    cpu_ticks: Callable[[], Optional[CpuTicks]],
+) -> Timings:
+    """timer's Timings, stamped with the time and the share of the CPUs other processes
+    kept busy while it ran (None where the ticks cannot be read or the span was too
+    short to tell)."""
+    before = cpu_ticks()
+    timings = timer(path, river_types, n_threads=n_threads)
+    after = cpu_ticks()
+    load = None
+    if before is not None and after is not None and after.ticks_per_cpu_since(before) >= _MIN_LOAD_TICKS:
+        others = after.others_since(before)
+        load = None if others is None else others / after.n_cpus
+    return dataclasses.replace(timings, taken=time.time(), load=load)
 
 
 def file_bytes(path: Path) -> tuple[str, int, dict[str, int]]:
@@ -355,27 +436,53 @@ def _cache_path(path: Path, n_threads: int) -> Path:
     return cache_dir() / CACHE_FOLDER / f"{path.stem}-{digest}.json"
 
 
-def _read_cache(cache: Path, path: Path) -> Optional[Timings]:
+def _read_cache(cache: Path, identity: dict) -> Optional[Timings]:
     try:
         recorded = json.loads(cache.read_text())
-        if recorded["version"] != _CHOICE_VERSION or recorded["identity"] != file_identity(path):
+        if recorded["version"] != _CHOICE_VERSION or recorded["identity"] != identity:
             return None
-        return Timings({int(n): float(v) for n, v in recorded["verify"].items()}, dict(recorded["draft_cost"]))
+        return Timings(
+            {int(n): float(v) for n, v in recorded["verify"].items()},
+            dict(recorded["draft_cost"]),
+            float(recorded["taken"]),
+            None if recorded["load"] is None else float(recorded["load"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _write_cache(cache: Path, path: Path, timings: Timings) -> None:
+def _write_cache(cache: Path, identity: dict, timings: Timings) -> None:
     cache.parent.mkdir(parents=True, exist_ok=True)
     recorded = {
         "version": _CHOICE_VERSION,
-        "identity": file_identity(path),
+        "identity": identity,
         "verify": timings.verify,
         "draft_cost": timings.draft_cost,
+        "taken": timings.taken,
+        "load": timings.load,
     }
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(recorded, indent=1) + "\n")
     os.replace(tmp, cache)
+
+
+# This process's provisional timings (taken on a busy machine), by cache file: its
+# later choices for the same file and thread count use them rather than time again.
+_provisional: dict[Path, tuple[dict, Timings]] = {}
+
+
+def _provisional_timings(cache: Path, identity: dict) -> Optional[Timings]:
+    kept = _provisional.get(cache)
+    return kept[1] if kept is not None and kept[0] == identity else None
+
+
+def _keep(cache: Path, identity: dict, timings: Timings) -> None:
+    """Cache quiet timings as the verdict; keep a busy machine's for this process only."""
+    if timings.quiet:
+        _write_cache(cache, identity, timings)
+        _provisional.pop(cache, None)
+    else:
+        _provisional[cache] = (identity, timings)
 
 
 def _forget_river(path: Path, river: str) -> None:

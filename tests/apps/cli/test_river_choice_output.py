@@ -1,6 +1,8 @@
-"""`river-cpp generate -v` and `river-cpp info MODEL` say which river the default chose and why."""
+"""`river-cpp generate -v` and `river-cpp info MODEL` say which river the default chose
+and why, and which timing it rests on."""
 
 import json
+import time
 
 from river_cpp.apps.cli import main
 from river_cpp.engine import river_choice
@@ -17,10 +19,17 @@ def test_generate_verbose_and_info_say_what_was_chosen(tiny_llama4, river_cache,
     monkeypatch.setattr(river_choice, "time_costs", _no_river_pays)
     assert main(["generate", "Hello", "--model", str(tiny_llama4), "-n", "3", "-v"]) == 0
     err = capsys.readouterr().err
-    assert "river: none (n-gram drafts only): no river pays" in err
+    assert "river: none (n-gram drafts only): no river would be faster than plain decoding" in err
+    today = time.strftime("%Y-%m-%d")
     assert main(["info", str(tiny_llama4)]) == 0
-    assert "river: none (n-gram drafts only)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "river: none (n-gram drafts only)" in out
+    # this machine's load decides which; either way the line says when the timing was taken
+    timing = next(line.strip() for line in out.splitlines() if line.strip().startswith("timing: "))
+    assert timing.startswith(("timing: cached, taken " + today, "timing: provisional, taken " + today))
     assert main(["info", str(tiny_llama4), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["river_choice"]["river"] is None
     assert {c["river"] for c in info["river_choice"]["candidates"]} == set(ACCEPTANCE)
+    assert info["river_choice"]["timing"]["taken"].startswith(today)
+    assert info["river_choice"]["timing"]["cached"] == timing.startswith("timing: cached")
