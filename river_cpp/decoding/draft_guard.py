@@ -26,18 +26,47 @@ and a copying stretch reaches 24-token rounds after three rounds (docs/results.m
 "The guard against drafts that lose").
 
 It decides nothing else; DraftLength still chooses among the sources it leaves on offer,
-and the length within their limits.
+and the length within their limits. The rounds it timed, plain and drafted, are also
+the request's own estimate of its speed against plain decoding (RoundTimes).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from statistics import median
 from typing import AbstractSet, Mapping, Optional
 
 from river_cpp.decoding.draft_length import PLAIN
 
 ALL = "*"  # the guard's name for every source together
+
+
+@dataclass
+class RoundTimes:
+    """One request's whole rounds as the guard timed them: tokens and seconds of the
+    plain rounds and of the drafted ones (the last round, still open when the request
+    ends, is in neither)."""
+
+    plain_rounds: int = 0
+    plain_tokens: int = 0
+    plain_seconds: float = 0.0
+    drafted_tokens: int = 0
+    drafted_seconds: float = 0.0
+
+    MIN_PLAIN_ROUNDS = 2  # plain rounds an estimate needs
+
+    def speedup(self) -> Optional[float]:
+        """The request's speed over plain decoding, estimated: its tokens at the plain
+        rounds' own seconds per token, over the time its rounds took. Plain decoding
+        would have run every token as a plain round; a drafted round costs a verify and
+        its drafting, whatever it kept. None without MIN_PLAIN_ROUNDS plain rounds to
+        price a token (every round drafted) or without a drafted round (nothing to
+        compare)."""
+        if self.plain_rounds < self.MIN_PLAIN_ROUNDS or min(self.plain_seconds, self.drafted_seconds) <= 0:
+            return None
+        per_token = self.plain_seconds / self.plain_tokens
+        return per_token * (self.plain_tokens + self.drafted_tokens) / (self.plain_seconds + self.drafted_seconds)
 
 
 class RoundGuard:
@@ -68,6 +97,8 @@ class RoundGuard:
         self._rest_until: dict[str, int] = {}
         self._rest: dict[str, int] = {}
         self.rests = 0  # times a source was rested in this request
+        self.rested: set[str] = set()  # the sources rested in this request (ALL: drafting as a whole)
+        self.times = RoundTimes()  # this request's whole rounds
         self._pending: Optional[tuple[str, int, float]] = None
         self.reach = self._FIRST_REACH  # most tokens a lookup may draft in the next round
 
@@ -98,7 +129,12 @@ class RoundGuard:
             return
         if source == PLAIN:
             self._plain.append(seconds / tokens)
+            self.times.plain_rounds += 1
+            self.times.plain_tokens += tokens
+            self.times.plain_seconds += seconds
             return
+        self.times.drafted_tokens += tokens
+        self.times.drafted_seconds += seconds
         if len(self._plain) < self._MIN_PLAIN:
             return
         lost = seconds / self.plain_seconds - tokens
@@ -111,6 +147,7 @@ class RoundGuard:
                 self._rest_until[name] = self._round + rest
                 self._loss[name] = 0.0  # judged afresh after its rest
                 self.rests += 1
+                self.rested.add(name)
 
     def start_round(self, now: float) -> None:
         """Close the round in progress (begun by end_round) at `now`, the next one's start."""

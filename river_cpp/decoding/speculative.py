@@ -28,7 +28,7 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp.decoding.acceptance import Distribution, verify_drafts
-from river_cpp.decoding.draft_guard import RoundGuard
+from river_cpp.decoding.draft_guard import ALL, RoundGuard, RoundTimes
 from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
 from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS, memory_of
 from river_cpp.decoding.drafts import (
@@ -200,6 +200,8 @@ class SpeculativeStats:
     memory_capacity: int = 0  # ... and its capacity (0: no memory drafted)
     corpus_tokens: int = 0  # tokens in the corpus index (0: none)
     guard_rests: int = 0  # times the round guard rested a source whose rounds lost to plain (RoundGuard)
+    guard_rested: set[str] = field(default_factory=set)  # the sources it rested (ALL: drafting as a whole)
+    round_times: RoundTimes = field(default_factory=RoundTimes)  # whole rounds, plain and drafted, as it timed them
 
     @property
     def acceptance_rate(self) -> float:
@@ -212,23 +214,42 @@ class SpeculativeStats:
         return self.generated / self.rounds if self.rounds else 0.0
 
     def summary(self) -> str:
+        """One line: what was drafted and kept, by source, in words a first run reads."""
         sources = ", ".join(
-            f"{name} {s.rounds} rounds"
-            + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% accepted)" if s.drafted else "")
+            f"{'plain (no draft)' if name == PLAIN else name} {s.rounds} round{'' if s.rounds == 1 else 's'}"
+            + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% kept)" if s.drafted else "")
             for name, s in sorted(self.by_source.items())
         )
         indexes = []
         if self.memory_capacity:
-            indexes.append(f"memory {self.memory_tokens:,} of {self.memory_capacity:,} tokens")
+            indexes.append(f"memory of earlier calls {self.memory_tokens:,} of {self.memory_capacity:,} tokens")
         if self.corpus_tokens:
             indexes.append(f"corpus {self.corpus_tokens:,} tokens")
-        if self.guard_rests:
-            indexes.append(f"{self.guard_rests} sources rested for losing to plain")
         return (
-            f"speculative: {self.drafted} drafted, {self.accepted} accepted "
-            f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per verify"
+            f"speculative: {self.drafted} drafted, {self.accepted} kept "
+            f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per backbone forward"
             + (f"; {sources}" if sources else "")
+            + (f"; {_paused_drafts(self.guard_rested)}" if self.guard_rested else "")
             + (f"; {', '.join(indexes)}" if indexes else "")
+        )
+
+    def speed_summary(self) -> Optional[str]:
+        """One line: this request's speed against plain decoding, estimated from its own
+        rounds (RoundTimes.speedup); None where no round drafted."""
+        times = self.round_times
+        if times.drafted_tokens == 0:
+            return None
+        speedup = times.speedup()
+        if speedup is None:
+            return (
+                f"speed: not estimated against plain decoding (fewer than {times.MIN_PLAIN_ROUNDS} steps of this "
+                "answer were decoded plain to compare with)"
+            )
+        plain_rate = times.plain_tokens / times.plain_seconds
+        drafted_rate = times.drafted_tokens / times.drafted_seconds
+        return (
+            f"speed: about {speedup:.2f}x plain decoding (an estimate from this answer's own steps: those "
+            f"decoded plain ran at {plain_rate:.1f} tokens/s, those with drafts at {drafted_rate:.1f} tokens/s)"
         )
 
     def count(self, source: str, spans: Sequence[tuple[str, int]], n_accepted: int) -> None:
@@ -238,6 +259,17 @@ class SpeculativeStats:
             self.by_source.setdefault(name, SourceStats()).drafted += count
         for name, (_, accepted) in drafts_by_source(spans, n_accepted).items():
             self.by_source[name].accepted += accepted
+
+
+def _paused_drafts(rested: set[str]) -> str:
+    """Which drafts the round guard paused, in words a first run reads (it names its
+    sources by kind and match length, "ngram3", "memory4", and ALL: drafting as a whole)."""
+    kinds = {"ngram": "n-gram drafts", "copy": "n-gram drafts", "memory": "drafts from earlier calls"}
+    kinds.update(corpus="drafts from the corpus", river="river drafts", model="the draft model's drafts")
+    named = sorted({next((v for k, v in kinds.items() if name.startswith(k)), name) for name in rested - {ALL}})
+    if ALL in rested:
+        named.append("all drafts")
+    return f"{' and '.join(named)} paused for a while: they were slower than plain decoding here"
 
 
 # ---------------------------------------------------------------- sources
@@ -431,6 +463,7 @@ def speculative_step(
     lengths = draft_length_for(model, spec, greedy)
     guard: RoundGuard = _guards.setdefault(lengths, RoundGuard(lengths.free_sources))
     guard.begin_request()
+    stats.guard_rested, stats.round_times = guard.rested, guard.times
     sources = _sources(model, spec, lengths, stats)
     history = list(prompt_ids)
     for source in sources.values():

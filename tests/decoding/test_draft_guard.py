@@ -1,6 +1,6 @@
 """river_cpp.decoding.draft_guard: whole rounds that lose to plain rest their source;
 in the loop, a cost the controller's own timings miss is caught by the guard, and the
-tokens stay the backbone's."""
+tokens stay the backbone's; the rounds it timed estimate the speed against plain decoding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import river_cpp.decoding.speculative as speculative
 from river_cpp import ExitPolicy
-from river_cpp.decoding.draft_guard import ALL, RoundGuard
+from river_cpp.decoding.draft_guard import ALL, RoundGuard, RoundTimes
 from river_cpp.decoding.draft_length import PLAIN
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
@@ -137,6 +137,10 @@ class _SlowRewindModel:
     def cached_prefix(self, ids, *, route="prompt", policy=None) -> int:
         return 0
 
+    def reuse_prefix(self, ids, *, route="prompt", policy=None) -> int:  # nothing is kept
+        self.rewind(0)
+        return 0
+
     def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None, prompt=False) -> np.ndarray:
         self.clock.now += 1.0
         positions = np.arange(self.n_past, self.n_past + len(ids))
@@ -172,7 +176,50 @@ def test_the_guard_rests_drafts_whose_whole_rounds_lose(monkeypatch):
     assert unguarded_tokens == guarded_tokens == expected
     assert unguarded.guard_rests == 0 and guarded.guard_rests > 0
     assert guarded_time < unguarded_time
-    assert "rested for losing to plain" in guarded.summary()
+    assert "n-gram drafts and all drafts paused for a while: they were slower than plain" in guarded.summary()
+    # Plain decoding costs this model one tick a token: the footer's estimate, from the
+    # request's own plain rounds, is the speed the clock saw against that.
+    speed = (N_TOKENS - 1) / (guarded_time - 1.0)  # less the prompt's forward and its token
+    assert guarded.round_times.speedup() == pytest.approx(speed, rel=0.1)
+    assert f"about {guarded.round_times.speedup():.2f}x plain decoding" in guarded.speed_summary()
+
+
+def test_round_times_estimate_the_speed_over_plain_decoding():
+    # plain rounds: 10 tokens in 1 s; drafted: 30 in 1 s. Plain decoding would have
+    # taken 40 x 0.1 s = 4 s where the rounds took 2 s.
+    times = RoundTimes(plain_rounds=10, plain_tokens=10, plain_seconds=1.0, drafted_tokens=30, drafted_seconds=1.0)
+    assert times.speedup() == pytest.approx(2.0)
+    slow = RoundTimes(plain_rounds=10, plain_tokens=10, plain_seconds=1.0, drafted_tokens=5, drafted_seconds=1.0)
+    assert slow.speedup() == pytest.approx(0.75)  # 15 x 0.1 s against 2 s
+    assert RoundTimes(1, 1, 0.1, 30, 1.0).speedup() is None  # one plain round is too few to price a token
+    assert RoundTimes(10, 10, 1.0, 0, 0.0).speedup() is None  # nothing drafted: nothing to compare
+
+
+def test_the_guard_times_each_request_s_rounds_plain_and_drafted():
+    guard = RoundGuard()
+    for _ in range(3):
+        guard.observe(PLAIN, 1, 0.1)
+    guard.observe("ngram3", 4, 0.2)
+    guard.observe("ngram2", 2, 0.1)
+    times = guard.times
+    assert (times.plain_rounds, times.plain_tokens, times.drafted_tokens) == (3, 3, 6)
+    assert times.plain_seconds == pytest.approx(0.3) and times.drafted_seconds == pytest.approx(0.3)
+    guard.begin_request()
+    assert guard.times == RoundTimes()
+
+
+def test_the_footer_says_how_fast_against_plain_and_which_drafts_paused():
+    times = RoundTimes(plain_rounds=10, plain_tokens=10, plain_seconds=1.0, drafted_tokens=30, drafted_seconds=1.0)
+    stats = SpeculativeStats(drafted=36, accepted=24, guard_rested={"ngram2", "ngram3"}, round_times=times)
+    speed = stats.speed_summary()
+    assert speed.startswith("speed: about 2.00x plain decoding (an estimate")
+    assert "10.0 tokens/s" in speed and "30.0 tokens/s" in speed
+    summary = stats.summary()
+    assert "n-gram drafts paused for a while: they were slower than plain decoding here" in summary
+    assert "rested" not in summary and "24 kept" in summary
+    assert SpeculativeStats().speed_summary() is None  # nothing drafted: the footer says so otherwise
+    few = SpeculativeStats(drafted=3, round_times=RoundTimes(1, 1, 0.1, 3, 0.1))
+    assert few.speed_summary().startswith("speed: not estimated")
 
 
 @pytest.fixture(autouse=True)

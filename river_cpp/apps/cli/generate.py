@@ -244,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
         f"| finish: {result.finish_reason}",
         file=sys.stderr,
     )
+    speed = result.speculative.speed_summary() if result.speculative is not None else None
+    if speed is not None:
+        print(speed, file=sys.stderr)
     if result.speculative is not None and result.speculative.drafted == 0:
         print(
             "speculative: no draft on this text (nothing in the context, the memory or a corpus matched "
