@@ -34,6 +34,7 @@ _EXPORTS = {
     "GenerationChunk": "river_cpp.decoding.generation",
     "GenerationResult": "river_cpp.decoding.generation",
     "Llama": "river_cpp.apps.llama",
+    "LoadOptions": "river_cpp.engine.load_options",
     "RiverError": "river_cpp.engine._core",
     "RiverModel": "river_cpp.model",
     "SamplingParams": "river_cpp.decoding.sampling",
@@ -50,6 +51,7 @@ __all__ = [
     "GenerationChunk",
     "GenerationResult",
     "Llama",
+    "LoadOptions",
     "RiverError",
     "RiverModel",
     "SamplingParams",
@@ -84,5 +86,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from river_cpp.decoding.speculative import Speculative, SpeculativeStats
     from river_cpp.engine._core import RiverError
     from river_cpp.engine.context import ContextOverflowError
+    from river_cpp.engine.load_options import LoadOptions
     from river_cpp.engine.policy import ExitPolicy
     from river_cpp.model import RiverModel

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import warnings
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp._cpus import ThreadGovernor, default_n_threads
 from river_cpp.decoding.decision import (
     Decoding,
     SpeculativeOption,
@@ -32,38 +30,15 @@ from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
 from river_cpp.engine import _core
 from river_cpp.engine._lock import ModelLock
-from river_cpp.engine.backbone_choice import GRAPH, BackboneChoice
-from river_cpp.engine.graph_backbone import GraphBackbone, positive_int
+from river_cpp.engine.graph_backbone import GraphBackbone
 from river_cpp.engine.llama_backbone import LlamaCppBackbone
+from river_cpp.engine.load_options import LoadOptions
+from river_cpp.engine.loading import check_model_path, open_backbone
 from river_cpp.engine.policy import ExitPolicy
 from river_cpp.engine.prompt_cache import PromptCache, make_prompt_cache
-from river_cpp.engine.river_choice import AUTO_RIVER, RiverChoice, resolve_backbone_river
 from river_cpp.engine.tokenizer import Tokenizer
 
-DEFAULT_PREFILL = DEFAULT.prefill
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
-
-
-def _check_model_path(path: str) -> None:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model file not found: {path}")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"model path is a directory, not a GGUF file: {path}")
-
-
-def _check_without_river(choice: BackboneChoice, river: object, **graph_only) -> None:
-    """ValueError naming the architecture where the llama.cpp backbone is asked for what
-    only the graph has: a river, or a river's or graph's option."""
-    what_works = (
-        "it runs exactly, with drafts from n-grams, the draft memory, a corpus and grammars "
-        "(river=None or 'auto', no exiting policy)"
-    )
-    where = f"'{choice.arch}' runs on llama.cpp's backbone ({choice.reason})"
-    if river is not None and not (isinstance(river, str) and river.lower() == AUTO_RIVER):
-        raise ValueError(f"river={river!r}: {where}, which has no river; {what_works}")
-    for name, value in graph_only.items():
-        if value:
-            raise ValueError(f"{name}={value!r} needs river-cpp's graph backbone: {where}; {what_works}")
 
 
 class RiverModel:
@@ -76,42 +51,22 @@ class RiverModel:
     def __init__(
         self,
         model_path: Union[str, os.PathLike],
+        options: Optional[LoadOptions] = None,
         *,
-        n_ctx: int = 2048,
-        n_threads: Optional[int] = None,
-        seed: Optional[int] = None,
-        verbose: bool = False,
-        engine: str = "auto",
-        river: Union[str, os.PathLike, None] = DEFAULT.river,
-        river_types: Optional[Mapping[int, str]] = None,
         policy: Optional[ExitPolicy] = None,
         speculative: SpeculativeOption = None,
-        prefill: str = DEFAULT_PREFILL,
-        tail_layers: int = 0,
-        river_head: Union[bool, str, None] = None,
-        progress: bool = True,
-        use_mmap: bool = True,
-        n_gpu_layers: int = -1,
-        main_gpu: int = 0,
-        rpc_servers: Sequence[str] = (),
-        reuse_graphs: bool = True,
+        seed: Optional[int] = None,
         prompt_cache: Any = None,
-        adapt_threads: bool = True,
-        exact: Union[bool, str] = True,
+        **load_options: Any,
     ) -> None:
-        """Load a GGUF backbone and, unless ``river`` is None, its river.
+        """Load a GGUF backbone and, unless the options' river is None, its river.
 
-        engine: the backbone (river_cpp.engine.backbone_choice): "auto" (default)
-            river-cpp's graph where it builds the file's architecture (llama, qwen2,
-            qwen3, gemma3), llama.cpp's own context otherwise; "graph" or "llama.cpp"
-            as named. On llama.cpp's there is no river: river="auto" resolves to none,
-            and a river or an exiting policy raises ValueError.
-        river: "auto" (default): the river type that pays on this file and thread
-            count, or none (river_cpp.engine.river_choice; `river_choice` says which
-            and why); a ggml type name ("q4_0", "q4_k", "iq4_nl", "q5_k", "q6_k",
-            "q8_0"): build (once, cached) a river of that type from the backbone; or
-            the path of a river GGUF made for this backbone; or None for the backbone alone.
-        river_types: per-layer overrides of the river type, e.g. {28: "q8_0", 29: "q8_0"}.
+        options: how it loads (river_cpp.LoadOptions: n_ctx, n_threads, engine,
+            river, river_types, river_head, prefill, tail_layers, progress, use_mmap,
+            n_gpu_layers, main_gpu, rpc_servers, reuse_graphs, exact, adapt_threads,
+            verbose); `load_options` by keyword set or override its fields, e.g.
+            RiverModel(path, n_ctx=4096, river=None). The default river, "auto", is the
+            type that wins on this file, or none (`river_choice` says which and why).
         policy: the default exit policy of decoding: when tokens leave the backbone.
             None (default): never, so every token is the backbone's own (exact).
         speculative: the default draft of decoding (river_cpp.Speculative; True: the
@@ -122,112 +77,27 @@ class RiverModel:
             Both are resolved by river_cpp.decoding.decision and fixed for the
             model's life (read-only); each generate() / create_*completion() call
             may override them for itself.
-        prefill: "backbone" (default: the prompt always runs the full backbone, so its
-            KV cache is full precision) or "exit" (the prompt exits at one depth, as
-            decode tokens do).
-        tail_layers: exited tokens return to the backbone for the last m layers.
-        river_head: the LM head of exited tokens. None (default): a Q4_0 head built
-            with the river (the lossless preset's: the draft's head), or a given river
-            file's own head; False: the backbone's;
-            True: a head of the river's type; a type name (e.g. "q8_0"): that type.
-        use_mmap: map the backbone and river files (default; pages load on demand
-            and are shared between processes), or read them into memory (False): for
-            files that may change while loaded, or network filesystems. A mapped file
-            that changes on disk makes the next forward raise (see check_files).
-        n_gpu_layers: backbone layers to put on the GPU (or other device): -1 (default)
-            all that fit, 0 none. On the graph, whenever it is not 0, the KV cache and
-            the river go first, then backbone layers from the first; see
-            river_cpp.engine.placement. Without a device (a CPU-only ggml) everything
-            computes on the host.
-        main_gpu: the device to fill first, as an index into the offloading devices.
-        rpc_servers: "host:port" of `river-cpp rpc-server`s whose devices join the
-            placement (ggml built with -DGGML_RPC=on; the graph backbone).
-        reuse_graphs: keep decode graphs for later steps (default); False builds
-            every graph afresh (for measuring what reuse saves).
-        exact: a verify's rows computed as plain one-token steps compute them, bit
-            for bit (the graph backbone on the CPU): True (default) for products by
-            quantized matrices in the plain layout and attention; "bitwise" also by
-            F32/F16/BF16 matrices, with the backbone kept out of the CPU's repacked
-            layouts (slower: docs/results.md, "Identity on quantized files"); False:
-            ggml's kernels by batch size.
+        seed: the sampling seed of calls that name none (None: fresh entropy).
         prompt_cache: keep the KV states of earlier requests and reuse the longest
             cached prefix of each prompt (river_cpp.engine.prompt_cache): None (default)
             or False: only the sequence the model holds; True: a PromptCache in RAM
             (2 GiB); an int: one of that many bytes; a folder: RAM and a disk tier there;
             or a PromptCache, which several models may share. Settable later.
-        adapt_threads: run one thread fewer per CPU other processes keep busy
-            (river_cpp._cpus.ThreadGovernor; at most n_threads), so that decoding keeps
-            its share of a loaded machine (default); False: always n_threads.
         """
-        path = os.fspath(model_path)
+        options = LoadOptions(**load_options) if options is None else options.replace(**load_options)
         prompt_cache = make_prompt_cache(prompt_cache)  # a bad value fails before anything loads
-        _check_model_path(path)
-        self.model_path = path
+        self.model_path = check_model_path(model_path)
+        self.options = options
         # Every call that touches the backbone serializes on this lock; a stream holds
         # it from its first token until it is exhausted or closed.
         self._lock = ModelLock()
         self.seed = seed
-        self.verbose = verbose
-        n_threads = default_n_threads() if n_threads is None else positive_int("n_threads", n_threads)
-        # The backbone, and the default's choice of river (None where the caller named one
-        # or on llama.cpp's backbone), before the backbone loads: the river choice's first
-        # timing loads the file on its own.
-        self.backbone_choice: BackboneChoice
-        self.river_choice: Optional[RiverChoice]
+        self.verbose = options.verbose
         exits = policy is not None and policy != ExitPolicy.never()
-        self.backbone_choice, river, self.river_choice = resolve_backbone_river(
-            path, river, engine=engine, n_threads=n_threads, exits=exits
-        )
-        self._backbone: Union[GraphBackbone, LlamaCppBackbone]
-        if self.backbone_choice.kind == GRAPH:
-            if verbose:
-                print("river-cpp: " + self.backbone_choice.describe(), file=sys.stderr)
-                if self.river_choice is not None:
-                    print("river-cpp: " + self.river_choice.describe(), file=sys.stderr)
-            self._backbone = GraphBackbone(
-                path,
-                n_ctx=n_ctx,
-                n_threads=n_threads,
-                verbose=verbose,
-                river=river,
-                river_types=river_types,
-                river_head=river_head,
-                prefill=prefill,
-                tail_layers=tail_layers,
-                progress=progress,
-                use_mmap=use_mmap,
-                n_gpu_layers=n_gpu_layers,
-                main_gpu=main_gpu,
-                rpc_servers=rpc_servers,
-                reuse_graphs=reuse_graphs,
-                exact=exact,
-            )
-        else:
-            _check_without_river(
-                self.backbone_choice,
-                river,
-                river_types=river_types,
-                river_head=river_head,
-                tail_layers=tail_layers,
-                rpc_servers=tuple(rpc_servers),
-                prefill=prefill if prefill != DEFAULT_PREFILL else None,
-            )
-            if verbose:
-                print("river-cpp: " + self.backbone_choice.describe(), file=sys.stderr)
-            self._backbone = LlamaCppBackbone(
-                path,
-                n_ctx=positive_int("n_ctx", n_ctx),
-                n_threads=n_threads,
-                n_gpu_layers=n_gpu_layers,
-                main_gpu=main_gpu,
-                use_mmap=use_mmap,
-                verbose=verbose,
-            )
-            if policy is not None:
-                self._backbone.check_policy(policy)  # names the architecture and what works
+        self._backbone, self.backbone_choice, self.river_choice = open_backbone(self.model_path, options, exits=exits)
+        if policy is not None:
+            self._backbone.check_policy(policy)  # on llama.cpp's: names the architecture and what works
         self.prompt_cache = prompt_cache
-        if adapt_threads:
-            self._backbone.governor = ThreadGovernor(n_threads)
         self._defaults: Decoding = decide(
             preset_decoding(DEFAULT, has_river=self.has_river),
             n_layer=self.n_layer,
@@ -362,7 +232,7 @@ class RiverModel:
     @property
     def prefill(self) -> str:
         """The prompt's route: "backbone" (full precision) or "exit" (read-only)."""
-        return getattr(self._backbone, "prefill", DEFAULT_PREFILL)
+        return self.options.prefill
 
     def check_policy(self, policy: ExitPolicy) -> None:
         """TypeError / ValueError unless `policy` applies to this model."""
@@ -436,10 +306,18 @@ class RiverModel:
         return self.backbone.cached_ids
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
-        """How many leading `ids` the cache holds as a cold forward of them on `route`
-        (under `policy`, default the model's) computes them (the prompt cache), at
-        most len(ids) - 1."""
-        return self.backbone.cached_prefix(ids, route=route, policy=self.policy if policy is None else policy)
+        """How many leading `ids` the cache, or the prompt cache, holds as a cold
+        forward of them on `route` (under `policy`, default the model's) computes
+        them, at most len(ids) - 1. A query: it waits for a running generation and
+        changes nothing (a generation's result.cached_tokens says what it reused)."""
+        with self._lock:
+            return self.backbone.cached_prefix(ids, route=route, policy=self.policy if policy is None else policy)
+
+    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """Bring the cache to the prefix cached_prefix finds, dropping the rest (a
+        prefill's first move); its length."""
+        with self._lock:
+            return self.backbone.reuse_prefix(ids, route=route, policy=self.policy if policy is None else policy)
 
     def forward(
         self,
@@ -498,27 +376,24 @@ class RiverModel:
         speculative=False, plain decoding under the model's policy. `decoding`: an
         already resolved Decoding instead of those options.
         Holds the model's lock while it runs (a stream: from its first chunk until it
-        is exhausted or closed), so other threads' calls wait their turn.
+        is exhausted or closed), so other threads' calls wait their turn; the loop
+        runs on the backbone under that one lock. A call that names no seed samples
+        with the model's.
         """
         sampling_options = {name: options.pop(name) for name in _SAMPLING_FIELDS & options.keys()}
         if decoding is None:
             decoding = self.decoding(policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
         else:
             check_alone(policy, speculative, sampling, sampling_options)
-        chunks = stream_generate(self, prompt, decoding=decoding, **options)
+        if decoding.sampling.seed is None and self.seed is not None:
+            decoding = dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=self.seed))
+        chunks = stream_generate(self.backbone, prompt, decoding=decoding, **options)
         locked = GenerationStream(self._locked(chunks))
         if stream:
             return locked
         for _ in locked:
             pass
         return locked.result
-
-    def reusable_prefix(self, ids: Sequence[int], decoding: Decoding) -> int:
-        """How many leading `ids` a generate() call decoding so would reuse from the
-        cache (the prompt cache's hits)."""
-        if decoding.drafts:
-            return self.cached_prefix(ids, route="backbone")  # a speculative prompt runs the backbone
-        return self.cached_prefix(ids, route="prompt", policy=decoding.policy)
 
     def _locked(self, stream):
         """`stream`'s chunks and result, with the lock held from its first chunk."""
@@ -571,8 +446,8 @@ class RiverModel:
         case-insensitive (e.g. "*Q8_0.gguf"; None: the repository's one GGUF). The
         file is downloaded into huggingface_hub's cache unless it is there already;
         HF_HUB_OFFLINE=1 reads the cache only. Other keyword arguments go to
-        RiverModel(). Needs the `[hf]` extra; see river_cpp.apps.hub.
+        RiverModel(). Needs the `[hf]` extra; see river_cpp.engine.hub.
         """
-        from river_cpp.apps.hub import download
+        from river_cpp.engine.hub import download
 
         return cls(download(repo_id, filename, revision=revision, cache_dir=cache_dir), **kwargs)

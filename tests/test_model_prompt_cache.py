@@ -5,6 +5,8 @@ river-cpp's graph and on llama.cpp's backbone; a damaged cache file is skipped."
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
 
@@ -19,6 +21,10 @@ def _greedy(model: RiverModel, ids: list[int]) -> list[int]:
     return model.generate(ids, max_tokens=12, temperature=0.0, speculative=False).token_ids
 
 
+def _completion(model: RiverModel, ids: list[int]) -> str:
+    return model.create_completion(ids, max_tokens=12, temperature=0.0)["choices"][0]["text"]
+
+
 @pytest.mark.parametrize("engine", ["graph", "llama.cpp"])
 def test_reuse_gives_the_fresh_tokens(tiny_llama, engine):
     prompts = [DOC_A + [11, 12], DOC_B + [13], DOC_A + [14, 15, 16], DOC_B + [17, 18]]
@@ -29,9 +35,10 @@ def test_reuse_gives_the_fresh_tokens(tiny_llama, engine):
             expected.append(_greedy(fresh, ids))
     cache = PromptCache(min_tokens=8)
     with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, engine=engine, prompt_cache=cache) as model:
-        got = [_greedy(model, ids) for ids in prompts]  # A, B, then A and B again: each from the cache
+        results = [model.generate(ids, max_tokens=12, temperature=0.0, speculative=False) for ids in prompts]
         assert model.prompt_cache is cache
-    assert got == expected
+    assert [r.token_ids for r in results] == expected  # A, B, then A and B again: each from the cache
+    assert [r.cached_tokens for r in results] == [0, 0, len(DOC_A), len(DOC_B)]
     assert cache.hits == 2 and cache.reused_tokens >= 2 * 60
 
 
@@ -71,3 +78,55 @@ def test_llama_set_cache_takes_llama_cpp_python_caches(tiny_llama):
         assert again == first and cache.hits >= 1
         llm.set_cache(None)
         assert llm._river.prompt_cache is None
+
+
+def _in_threads(*jobs) -> list:
+    """Run each job in its own thread, all at once; their results in order (a job's
+    exception is raised here)."""
+    results: list = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = jobs[i]()
+        except BaseException as error:  # raised again in the caller's thread
+            results[i] = error
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+def _streamed(model: RiverModel, ids: list[int]) -> list[int]:
+    """A greedy answer read chunk by chunk, letting other threads run between chunks."""
+    tokens = []
+    for chunk in model.generate(ids, max_tokens=12, temperature=0.0, speculative=False, stream=True):
+        tokens.append(chunk.token_id)
+        time.sleep(0.001)
+    return tokens
+
+
+def test_two_threads_on_one_model_with_a_prompt_cache_answer_as_alone(tiny_llama):
+    """One thread streams greedy answers while another asks for completions of other
+    documents on the same model: finding a cached prefix is a query, and restoring one
+    happens inside the locked prefill, so neither thread's answer changes (before, the
+    second thread's lookup loaded its document into the cache under the first's stream)."""
+    streamed = [DOC_A + [11, 12], DOC_A + [13]]
+    completed = [DOC_B + [14], DOC_B + [15, 16]]
+    options = dict(river=None, n_ctx=256, n_threads=1)
+    with RiverModel(tiny_llama, **options) as alone:
+        expected = ([_streamed(alone, ids) for ids in streamed], [_completion(alone, ids) for ids in completed])
+    with RiverModel(tiny_llama, **options, prompt_cache=PromptCache(min_tokens=8)) as model:
+        for ids in streamed + completed:  # every document is in the prompt cache
+            _greedy(model, ids)
+        for _ in range(8):
+            got = _in_threads(
+                lambda: [_streamed(model, ids) for ids in streamed],
+                lambda: [_completion(model, ids) for ids in completed],
+            )
+            assert tuple(got) == expected

@@ -293,8 +293,10 @@ def rows(configs: Sequence[Config], temperature: float) -> list[dict]:
                 for source, (r, d, a) in sorted(c.by_source.items())
             }
             # The verify sizes this loop timed (its learned DraftLength keeps their recent
-            # medians), in steps of the backbone's plain decode, as the ratios are.
-            verify = draft_length_for(c.model, c.speculative, greedy=temperature == 0.0).verify
+            # medians), in steps of the backbone's plain decode, as the ratios are. A
+            # RiverModel's loop runs on (and learns for) its backbone.
+            runs_on = getattr(c.model, "backbone", c.model)
+            verify = draft_length_for(runs_on, c.speculative, greedy=temperature == 0.0).verify
             sizes = range(2, c.speculative.max_draft + 2)
             timed = {n: verify.median(n) * base_speed for n in sizes if verify.timings(n)}
             row["verify_steps"] = timed

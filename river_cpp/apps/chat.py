@@ -94,16 +94,17 @@ class ChatSession:
         with the Turn as its `turn` attribute."""
         ids, dropped = self._prompt_ids(user)
         decoding = self.decoding()
-        cached = self.model.reusable_prefix(ids, decoding)
         stream = self.model.generate(ids, stream=True, max_tokens=self.max_tokens, decoding=decoding)
         text: list[str] = []
         layers: list[int] = []
+        cached = 0
         start = time.perf_counter()
         result = None
         try:
             for chunk in stream:
                 text.append(chunk.text)
                 layers.append(chunk.exit_layer)
+                cached += chunk.cached_tokens
                 write(chunk.text)
             result = stream.result
         finally:

@@ -112,6 +112,7 @@ def _run(model, stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -
                 run.first_token_at = time.perf_counter()
             run.token_ids.append(chunk.token_id)
             run.exit_layers.append(chunk.exit_layer)
+            run.cached_tokens += chunk.cached_tokens
             if not model.tokenizer.is_end_of_generation(chunk.token_id):
                 run.chunks.append(chunk)
                 yield from pieces(run.output.push(model.tokenizer.detokenize_bytes([chunk.token_id])))
@@ -122,6 +123,7 @@ def _run(model, stream: GenerationStream, run: _Run, cancel: Optional[Cancel]) -
             result = stream.result
             run.finish_reason = result.finish_reason
             run.speculative = result.speculative
+            run.cached_tokens = result.cached_tokens  # also when a stopping criterion dropped every chunk
         yield from pieces(run.output.finish())
     finally:
         run.ended_at = time.perf_counter()
@@ -159,11 +161,8 @@ def _start(
     stream = model.generate(
         prompt_ids, stream=True, max_tokens=max_tokens, logprobs=logprobs, decoding=decoding, grammar=grammar, **hooks
     )
-    # What the prompt cache will reuse, as the generation's own prefill will find it
-    # (the model's lock is taken by the stream's first chunk, after this).
-    cached = model.reusable_prefix(prompt_ids, decoding)
     output = CompletionText(decoding.sampling.stop, each_token=logprobs is not None)
-    return stream, _Run(prompt_ids=prompt_ids, cached_tokens=cached, plain_reason=plain_reason, output=output)
+    return stream, _Run(prompt_ids=prompt_ids, plain_reason=plain_reason, output=output)
 
 
 def _decoding(

@@ -21,7 +21,6 @@ Embeddings run on llama.cpp's own context on the same file (river_cpp.apps.embed
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import os
 import random
@@ -32,6 +31,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp._cpus import default_n_threads
+from river_cpp.apps import completions
 from river_cpp.apps import llama_compat as compat
 from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
@@ -104,21 +104,8 @@ def _next_seed(seed: int) -> int:
     return random.Random(seed).randint(0, 2**32)
 
 
-# Set while river_cpp.Llama builds its model: a llama_cpp.Llama(...) made then is
-# river-cpp's own use of llama.cpp (its llama.cpp backbone), which gets llama-cpp-python's
-# class even when patch_llama_cpp() made llama_cpp.Llama this one.
-_BUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("river_cpp_llama_building", default=False)
-
-
 class Llama:
     """llama-cpp-python's Llama on river-cpp (see the module's docstring)."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if cls is Llama and _BUILDING.get():
-            from river_cpp.apps.patch import original_llama
-
-            return original_llama()(*args, **kwargs)  # not a Llama: its __init__ is not run again
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -278,11 +265,7 @@ class Llama:
 
     def _load(self) -> RiverModel:
         if self._river is None:
-            building = _BUILDING.set(True)
-            try:
-                self._river = RiverModel(self.model_path, **self._model_options)
-            finally:
-                _BUILDING.reset(building)
+            self._river = RiverModel(self.model_path, **self._model_options)
         return self._river
 
     @property
@@ -295,8 +278,8 @@ class Llama:
         cls, repo_id: str, filename: Optional[str] = None, *, cache_dir: Any = None, **kwargs: Any
     ) -> Llama:
         """Load a GGUF from a Hugging Face repository (`filename` may be a glob); needs
-        the `[hf]` extra; see river_cpp.apps.hub."""
-        from river_cpp.apps.hub import download
+        the `[hf]` extra; see river_cpp.engine.hub."""
+        from river_cpp.engine.hub import download
 
         return cls(download(repo_id, filename, cache_dir=cache_dir), **kwargs)
 
@@ -392,8 +375,7 @@ class Llama:
         """The token ids in the KV cache (np.intc)."""
         if self._river is None:
             return np.zeros(0, dtype=np.intc)
-        cached = getattr(self._river, "cached_ids", None)  # RiverModel's public view, where it has one
-        return np.array(self._river._cached_ids if cached is None else cached, dtype=np.intc)
+        return np.array(self._river.cached_ids, dtype=np.intc)
 
     _input_ids = input_ids
 
@@ -708,7 +690,8 @@ class Llama:
             mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta,
         )
-        result = self._model.create_completion(
+        result = completions.create_completion(
+            self._model,
             prompt,
             max_tokens=max_tokens,
             logprobs=logprobs,
@@ -795,7 +778,8 @@ class Llama:
             mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta,
         )
-        return self._model.create_chat_completion(
+        return completions.create_chat_completion(
+            self._model,
             messages,
             max_tokens=max_tokens,
             stream=stream,

@@ -1,7 +1,7 @@
 """How much to draft each round, and from which source: the adaptive draft length.
 
-With per-token acceptance a, k drafted tokens yield (1 - a^(k+1)) / (1 - a) tokens
-on average and cost k drafts plus one verify of k+1 positions. Drafts and verifies
+A round of k drafted tokens is weighed by river_cpp.engine.round_cost (what it yields
+at an acceptance, against k drafts plus one verify of k+1 positions). Drafts and verifies
 are timed as they run (medians of recent rounds, per verify size); each round takes
 the source and the k with the most tokens per second, where k = 0 is plain decoding.
 The verify costs are the backbone's and shared by every source; acceptance and the
@@ -31,14 +31,9 @@ from collections import deque
 from statistics import median
 from typing import Mapping, Optional, Sequence
 
+from river_cpp.engine.round_cost import expected_accepted, round_rate
+
 PLAIN = "plain"  # the source of a round that drafts nothing
-
-
-def expected_accepted(acceptance: float, n: int) -> float:
-    """Drafts kept on average among n, each kept with probability `acceptance` when
-    every one before it was (capped below 1, where the closed form divides by 0)."""
-    a = min(acceptance, 0.999)
-    return a * (1 - a**n) / (1 - a)
 
 
 class VerifyCosts:
@@ -326,7 +321,7 @@ class DraftLength:
             draft_seconds = median(estimate.draft) if estimate.draft else 0.0
             for k in range(1, min(limit, explore) + 1):
                 # the kept drafts and the backbone's own token after them
-                rate = (1 + expected_accepted(estimate.acceptance, k)) / (k * draft_seconds + verify[k + 1])
+                rate = round_rate(estimate.acceptance, k, draft_seconds, verify[k + 1])
                 if rate > best_rate:
                     best, best_rate = (source, k), rate
                 # every draft kept; known only once its cost rests on several timings (a

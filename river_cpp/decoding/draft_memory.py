@@ -145,7 +145,8 @@ _memories: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def memory_of(model: object) -> DraftMemory:
-    """The memory of calls on `model` (created on first use, gone with the model).
+    """The memory of calls on `model`, the backbone the loop runs on (a RiverModel's
+    is model.backbone; created on first use, gone with the model).
     TypeError for a model that takes no weak references: a memory kept by id could
     outlive it and serve its text to another model."""
     try:

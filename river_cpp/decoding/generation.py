@@ -48,6 +48,8 @@ class GenerationResult:
     exit_layers[i] is the number of backbone layers run by the forward whose logits
     chose token_ids[i] (the prompt's for the first token; n_layer: never left).
     speculative holds drafted/accepted counts when the generation was speculative.
+    cached_tokens is how many leading prompt tokens were reused from the cache (the
+    sequence left by the last call, or the prompt cache) instead of computed.
     """
 
     text: str
@@ -59,6 +61,7 @@ class GenerationResult:
     exit_layers: list[int] = field(default_factory=list)
     n_layer: int = 0
     speculative: Optional[SpeculativeStats] = None
+    cached_tokens: int = 0
 
     @property
     def exit_stats(self) -> ExitStats:
@@ -125,13 +128,16 @@ class GenerationChunk:
     """One sampled token, the text it made safe to show (possibly "") and the
     backbone layers run by the forward that chose it. With the `logprobs` option:
     the token's log-probability under the model's logits (before sampling's
-    penalties and temperature) and the `logprobs` most likely (token, logprob)."""
+    penalties and temperature) and the `logprobs` most likely (token, logprob).
+    cached_tokens: the prompt positions the forward that chose it took from the cache
+    (the prompt cache's hits; nonzero only on the first chunk)."""
 
     text: str
     token_id: int
     exit_layer: int
     logprob: Optional[float] = None
     top_logprobs: Optional[list[tuple[int, float]]] = None
+    cached_tokens: int = 0
 
 
 def _logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
@@ -211,7 +217,7 @@ def generate_step(
     policy_at = policy if callable(policy) else (lambda i: policy)
     state = grammar.start() if grammar is not None else None
     history = list(prompt_ids)
-    logits = prefill(model, prompt_ids, policy=policy_at(0))
+    logits, cached_tokens = prefill(model, prompt_ids, policy=policy_at(0))
     while True:
         if state is None:
             token = sampler(logits, history)
@@ -219,7 +225,8 @@ def generate_step(
             token = sampler(logits, history, state)
             state.accept(token)
         history.append(token)
-        yield Step(token, logits, int(model.last_exit_layers[-1]))
+        yield Step(token, logits, int(model.last_exit_layers[-1]), cached_tokens)
+        cached_tokens = 0
         # The cache holds everything before `token`; with it the sequence is full.
         if model.n_past + 1 >= model.n_ctx:
             return
@@ -322,12 +329,14 @@ def _generate_chunks(
     exit_layers: list[int] = []
     seconds: list[float] = []
     finish_reason = "length"
+    cached_tokens = 0
     stats = SpeculativeStats() if speculative is not None else None
     steps = generate_step(
         model, prompt_ids, sampler, policy=policy, speculative=speculative, speculative_stats=stats, grammar=grammar
     )
     steps_ended = _Timed(steps)
     for step, step_seconds in steps_ended:
+        cached_tokens += step.cached_tokens
         if stopping:
             ids = np.asarray([*prompt_ids, *token_ids], dtype=np.intc)
             if any(bool(stop(ids, step.logits)) for stop in stopping):
@@ -339,7 +348,9 @@ def _generate_chunks(
         end_of_generation = tokenizer.is_end_of_generation(step.token)
         last = end_of_generation or len(token_ids) == max_new_tokens
         piece = b"" if end_of_generation else tokenizer.detokenize_bytes([step.token])
-        chunk = GenerationChunk(text.push(piece, final=last), step.token, step.exit_layer)
+        chunk = GenerationChunk(
+            text.push(piece, final=last), step.token, step.exit_layer, cached_tokens=step.cached_tokens
+        )
         if logprobs is not None:
             chunk.logprob, chunk.top_logprobs = _logprobs(step.logits, step.token, logprobs)
         yield chunk
@@ -362,6 +373,7 @@ def _generate_chunks(
         exit_layers=exit_layers,
         n_layer=model.n_layer,
         speculative=stats,
+        cached_tokens=cached_tokens,
     )
 
 
@@ -449,8 +461,9 @@ def generate(
     backbone's own); or `decoding`, all three resolved
     (river_cpp.decoding.decision); logprobs (None; n: each chunk
     carries its token's logprob and the n most likely tokens' logprobs).
-    Continues from the longest prefix of the prompt the cache already holds (see
-    model.cached_prefix); the rest of the cache is dropped. Ends at an
+    Continues from the longest prefix of the prompt the cache (or the prompt cache)
+    holds (see model.cached_prefix; result.cached_tokens); the rest of the cache is
+    dropped. Ends at an
     end-of-generation token or at the first of the `stop` strings (the text
     includes neither), after `max_tokens` tokens, or when prompt and generation
     fill the context. With stream=True a GenerationStream of GenerationChunk is

@@ -49,8 +49,8 @@ from river_cpp.decoding.steps import Step, prefill
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
 from river_cpp.engine.backbone import Backbone, common_prefix
 from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
 
-DEFAULT_MAX_DRAFT = 8
 # A lookup's draft (an n-gram match, the memory, a corpus) costs nothing to propose,
 # so only the verify bounds it. Where the output copies its input, 8-token rounds
 # capped it: verifying n positions grows ~0.25-0.3 of a step per position on the
@@ -471,7 +471,7 @@ def speculative_step(
     if "memory" in sources:
         stats.memory_tokens = memory_of(model).tokens
     state = grammar.start() if grammar is not None else None
-    logits = prefill(model, prompt_ids, route="backbone")
+    logits, cached_tokens = prefill(model, prompt_ids, route="backbone")
     if state is None:
         token = sampler(logits, history)
     else:
@@ -480,7 +480,7 @@ def speculative_step(
     history.append(token)
     for source in sources.values():
         source.keep(history)
-    yield Step(token, logits, n_layer)
+    yield Step(token, logits, n_layer, cached_tokens)
     while True:
         start = model.n_past  # every token of `history` but the last is in the cache
         if start + 1 >= model.n_ctx:

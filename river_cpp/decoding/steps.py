@@ -18,22 +18,32 @@ from river_cpp.engine.policy import ExitPolicy
 
 class Step(NamedTuple):
     """One token of the loop: its id, the logits it was chosen from ([n_vocab]; a
-    view the next step may overwrite: copy to keep) and the full-precision layers of
-    the forward that produced them (n_layer: the backbone's, or a verified token)."""
+    view the next step may overwrite: copy to keep), the full-precision layers of
+    the forward that produced them (n_layer: the backbone's, or a verified token) and
+    the positions that forward took from the cache instead of computing them (a
+    prefill's reused prompt prefix; 0 for every later token)."""
 
     token: int
     logits: np.ndarray
     exit_layer: int
+    cached_tokens: int = 0
+
+
+class Prefilled(NamedTuple):
+    """A prefill's last-position logits [n_vocab] and the prompt positions it reused."""
+
+    logits: np.ndarray
+    cached_tokens: int
 
 
 def prefill(
     model: Backbone, prompt_ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None
-) -> np.ndarray:
-    """Bring the cache to `prompt_ids`, reusing the longest prefix it already holds
-    (the prompt cache); the last position's logits [n_vocab]."""
-    keep = model.cached_prefix(prompt_ids, route=route, policy=policy)
-    model.rewind(keep)
-    return model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy, prompt=True)[0]
+) -> Prefilled:
+    """Bring the cache to `prompt_ids`, reusing the longest prefix it or the prompt
+    cache holds; the last position's logits and how many positions were reused."""
+    keep = model.reuse_prefix(prompt_ids, route=route, policy=policy)
+    logits = model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy, prompt=True)[0]
+    return Prefilled(logits, keep)
 
 
 def decode_one_token(model: Backbone, token: int, *, policy: Optional[ExitPolicy] = None) -> np.ndarray:

@@ -93,9 +93,15 @@ class Backbone(Protocol):
         ...
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
-        """How many leading `ids` the cache already holds exactly as a cold forward of
-        them on `route` (under `policy`) would compute them (at most len(ids) - 1: the
-        last must run)."""
+        """How many leading `ids` the cache, or the prompt cache, holds exactly as a cold
+        forward of them on `route` (under `policy`) would compute them (at most
+        len(ids) - 1: the last must run). A query: the cache is left as it is."""
+        ...
+
+    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """Bring the cache to the longest prefix of `ids` that cached_prefix finds
+        (restoring it from the prompt cache where that holds more) and drop the rest;
+        its length. Called by a prefill, under the caller's lock."""
         ...
 
 

@@ -22,6 +22,7 @@ from river_cpp.engine._ggml import set_ggml_verbosity
 from river_cpp.engine.backbone import ROUTES, check_n_past, check_token_ids
 from river_cpp.engine.context import check_fits
 from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
+from river_cpp.engine.load_options import LoadOptions, positive_int
 from river_cpp.engine.placement import Placement, offload_devices, plan_placement
 from river_cpp.engine.policy import ExitPolicy, check_policy
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from river_cpp.engine.prompt_cache import PromptCache
 
 DEFAULT_N_BATCH = 512
-PREFILL_MODES = ("exit", "backbone")
 # Prepared exit configurations a backbone keeps for the policies it last ran (a server
 # may see a new tau in every request: the memo stays small).
 _MAX_EXIT_CONFIGS = 16
@@ -70,22 +70,6 @@ def _let_go(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -
     release_links(remote_devices)
 
 
-def positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-EXACT_MODES = {True: "on", False: "off", "on": "on", "off": "off", "bitwise": "bitwise"}
-
-
-def exact_mode(exact: Union[bool, str]) -> str:
-    """The engine's exact mode for RiverModel's `exact` (True, False or "bitwise")."""
-    if not isinstance(exact, (bool, str)) or exact not in EXACT_MODES:
-        raise ValueError(f"exact must be True, False or 'bitwise', got {exact!r}")
-    return EXACT_MODES[exact]
-
-
 class GraphBackbone:
     """A GGUF run by river-cpp's graph, with an optional river on its KV cache."""
 
@@ -97,65 +81,45 @@ class GraphBackbone:
     _state_key: Optional[str] = None
     seed: Optional[int] = None
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        n_ctx: int,
-        n_threads: int,
-        verbose: bool = False,
-        river: Union[str, os.PathLike, None] = None,
-        river_types: Optional[Mapping[int, str]] = None,
-        river_head: Union[bool, str, None] = None,
-        prefill: str = "backbone",
-        tail_layers: int = 0,
-        progress: bool = True,
-        use_mmap: bool = True,
-        n_gpu_layers: int = -1,
-        main_gpu: int = 0,
-        rpc_servers: Sequence[str] = (),
-        reuse_graphs: bool = True,
-        exact: Union[bool, str] = True,
-    ) -> None:
-        """Load the backbone at `path` and, unless `river` is None, its river (a type
-        to build, once and cached, or a river GGUF); see river_cpp.RiverModel for the
-        options."""
-        if prefill not in PREFILL_MODES:
-            raise ValueError(f"prefill must be one of {PREFILL_MODES}, got {prefill!r}")
-        if isinstance(tail_layers, bool) or not isinstance(tail_layers, int) or tail_layers < 0:
-            raise ValueError(f"tail_layers must be a non-negative integer, got {tail_layers!r}")
+    def __init__(self, path: str, options: LoadOptions) -> None:
+        """Load the backbone at `path` and, unless `options.river` is None, its river
+        (a type to build, once and cached, or a river GGUF; not "auto", which the
+        facade resolves first: river_cpp.engine.loading)."""
+        if options.auto_river:
+            raise ValueError("river='auto' is resolved before a graph backbone loads (river_cpp.engine.loading)")
         self.model_path = path
-        connect_rpc_servers(rpc_servers)
+        connect_rpc_servers(options.rpc_servers)
         # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.
-        set_ggml_verbosity(verbose)
+        set_ggml_verbosity(options.verbose)
         _core.set_log_sink(
-            (lambda level, message: print(f"river-cpp: {message}", file=sys.stderr)) if verbose else None
+            (lambda level, message: print(f"river-cpp: {message}", file=sys.stderr)) if options.verbose else None
         )
         # the CPU's extra buffer types that proved to work here (RIVER_CPP_EXTRA_BUFTS)
         self.extra_bufts: ExtraBufts = extra_bufts()
         self._engine: Optional[_core.Engine] = _core.Engine(
             path,
-            positive_int("n_ctx", n_ctx),
+            options.n_ctx,
             DEFAULT_N_BATCH,
-            positive_int("n_threads", n_threads),
-            bool(use_mmap),
+            options.n_threads,
+            bool(options.use_mmap),
             cpu_extra_bufts=list(self.extra_bufts.allowed),
-            reuse_graphs=bool(reuse_graphs),
-            exact=exact_mode(exact),
+            reuse_graphs=bool(options.reuse_graphs),
+            exact=options.engine_exact,
         )
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
-        if tail_layers > self.n_layer:
-            raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {tail_layers}")
-        if river_head is None:
-            river_head = default_head(river)
-        self._load_river(river, river_types, river_head, progress)
-        devices = offload_devices(rpc_servers)
-        self.placement: Placement = plan_placement(self.engine.placement_sizes(), devices, n_gpu_layers, main_gpu)
+        if options.tail_layers > self.n_layer:
+            raise ValueError(f"tail_layers must be at most n_layer = {self.n_layer}, got {options.tail_layers}")
+        river_head = default_head(options.river) if options.river_head is None else options.river_head
+        self._load_river(options.river, options.river_types, river_head, options.progress)
+        devices = offload_devices(options.rpc_servers)
+        self.placement: Placement = plan_placement(
+            self.engine.placement_sizes(), devices, options.n_gpu_layers, options.main_gpu
+        )
         self.engine.place(**self.placement.engine_arguments())
         # The RPC servers that hold part of this model, with their devices: a forward
         # first checks that they are still there (river_cpp.engine.rpc).
-        servers = {str(s) for s in rpc_servers}
+        servers = set(options.rpc_servers)
         self._remote_devices: dict[str, list[str]] = {}
         for d in devices:
             if d.description in servers and d.name in self.placement.devices:
@@ -165,11 +129,11 @@ class GraphBackbone:
             hold_links(self._remote_devices)
             self._release_servers = weakref.finalize(self, _let_go, self._engine, self._remote_devices)
             self._check_servers()
-        if verbose:
+        if options.verbose:
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
             print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
-        self.prefill = prefill
-        self._tail_layers = tail_layers
+        self.prefill = options.prefill
+        self._tail_layers = options.tail_layers
         self._river_head = bool(river_head)
         # Each policy's prepared _core.ExitConfig (by policy and exit_vocab): settings
         # a forward hands the engine, not a copy of the engine's state.
@@ -375,22 +339,42 @@ class GraphBackbone:
         return route == "decode" or (route == "prompt" and self.prefill != "backbone")
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
-        """How many leading `ids` the cache holds as a cold forward of them on `route`
-        under `policy` (None: never exits) computes them, at most len(ids) - 1.
+        """How many leading `ids` the cache, or the prompt cache, holds as a cold forward
+        of them on `route` under `policy` (None: never exits) computes them, at most
+        len(ids) - 1; a query.
 
         Only positions computed by the full backbone qualify, and only when the
         route runs the full backbone (or the policy never exits): a prompt that exits
         leaves at a depth chosen for the whole batch.
         """
-        if policy is not None and self._uses_exit(route, len(ids)) and policy.exits(self.n_layer):
+        n = self._held_prefix(ids, route, policy)
+        if n is None:
             return 0
+        if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
+            n = self.prompt_cache.longest(self, ids, cached=n)
+        return n
+
+    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """Bring the cache to the prefix cached_prefix finds (from the prompt cache
+        where that holds more), dropping the rest; its length."""
+        n = self._held_prefix(ids, route, policy)
+        if n is None:
+            n = 0
+        elif self.prompt_cache is not None:
+            n = self.prompt_cache.restore(self, ids, cached=n)
+        self.rewind(n)
+        return n
+
+    def _held_prefix(self, ids: Sequence[int], route: str, policy: Optional[ExitPolicy]) -> Optional[int]:
+        """The leading `ids` (at most len(ids) - 1) the cache holds from full-backbone
+        forwards; None when the forward would exit, so no cached position qualifies."""
+        if policy is not None and self._uses_exit(route, len(ids)) and policy.exits(self.n_layer):
+            return None
         n = 0
         for token, cached, depth in zip(ids[:-1], self._cached_ids, self._cached_depths):
             if token != cached or depth != self.n_layer:
                 break
             n += 1
-        if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
-            n = self.prompt_cache.restore(self, ids, cached=n)
         return n
 
     # ---------------------------------------------------------------- prompt cache

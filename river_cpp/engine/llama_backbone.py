@@ -77,17 +77,18 @@ def extra_bufts_note() -> Optional[str]:
 
 
 def load_llama(path: Union[str, os.PathLike], *, cpu_only: bool = False, **options) -> llama_cpp.Llama:
-    """llama_cpp.Llama(path, **options), with use_extra_bufts=False where
+    """llama-cpp-python's own Llama(path, **options) (llama_cpp.llama.Llama, which
+    patch_llama_cpp() leaves as it is), with use_extra_bufts=False where
     extra_bufts_note() says the CPU's extra buffer types are not all allowed (a type that
     fails the probe would crash llama.cpp's first batch too); cpu_only: with an empty
     device list, so that llama.cpp computes on the CPU alone (without one it takes every
     device ggml registered in the process, even at n_gpu_layers=0)."""
-    import llama_cpp
+    import llama_cpp.llama
     import llama_cpp.llama_cpp as low_level
 
     without_extra_bufts = extra_bufts_note() is not None
     if not without_extra_bufts and not cpu_only:
-        return llama_cpp.Llama(str(path), **options)
+        return llama_cpp.llama.Llama(str(path), **options)
     # Llama() has no use_extra_bufts or devices argument (0.3.36): it loads the model
     # inside its constructor from llama_model_default_params(), so that is where the
     # fields are set.
@@ -104,7 +105,7 @@ def load_llama(path: Union[str, os.PathLike], *, cpu_only: bool = False, **optio
 
         low_level.llama_model_default_params = adjusted
         try:
-            llama = llama_cpp.Llama(str(path), **options)
+            llama = llama_cpp.llama.Llama(str(path), **options)
         finally:
             low_level.llama_model_default_params = default_params
     if without_extra_bufts and llama.model_params.use_extra_bufts:
@@ -374,10 +375,20 @@ class LlamaCppBackbone:
             )
 
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
-        """How many leading `ids` the cache holds (every position is the full model's)."""
+        """How many leading `ids` the cache, or the prompt cache, holds (every position
+        is the full model's); a query."""
         n = self._reusable(common_prefix(ids[:-1], self.cached_ids))  # the last must run
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
+            n = self.prompt_cache.longest(self, ids, cached=n)
+        return n
+
+    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """Bring the cache to the prefix cached_prefix finds (from the prompt cache
+        where that holds more), dropping the rest; its length."""
+        n = self._reusable(common_prefix(ids[:-1], self.cached_ids))
+        if self.prompt_cache is not None:
             n = self.prompt_cache.restore(self, ids, cached=n)
+        self.rewind(n)
         return n
 
     # ---------------------------------------------------------------- prompt cache

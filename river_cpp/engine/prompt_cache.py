@@ -151,21 +151,18 @@ class PromptCache:
 
     # ---------------------------------------------------------------- use
 
+    def longest(self, backbone: StatefulBackbone, ids: Sequence[int], *, cached: int) -> int:
+        """The positions of `ids` that restore() would leave `backbone` holding; a query
+        that loads nothing."""
+        with self._lock:
+            return self._best(backbone, ids, cached)[1]
+
     def restore(self, backbone: StatefulBackbone, ids: Sequence[int], *, cached: int) -> int:
         """Load into `backbone` the longest cached prefix of `ids` (at most len(ids) - 1
         positions) when it is longer than the `cached` positions the backbone already
         holds of them; the positions of `ids` the backbone then holds."""
-        limit = len(ids) - 1
-        if limit <= max(cached, 0):
-            return cached
-        query = np.asarray(ids, dtype=np.int32)
-        key = _key(backbone)
         with self._lock:
-            best, best_n = None, cached
-            for entry in self._candidates(key):
-                n = min(_common_prefix(entry.ids, query), limit)
-                if n > best_n:
-                    best, best_n = entry, n
+            best, best_n = self._best(backbone, ids, cached)
             if best is None:
                 return cached
             state = self._state_of(best)
@@ -176,6 +173,20 @@ class PromptCache:
             self.hits += 1
             self.reused_tokens += best_n
         return best_n
+
+    def _best(self, backbone: StatefulBackbone, ids: Sequence[int], cached: int) -> tuple[Optional[_Entry], int]:
+        """The entry sharing the longest prefix with `ids` (at most len(ids) - 1) when it
+        beats the `cached` positions, and that length; (None, cached) otherwise."""
+        limit = len(ids) - 1
+        best, best_n = None, cached
+        if limit <= max(cached, 0):
+            return best, best_n
+        query = np.asarray(ids, dtype=np.int32)
+        for entry in self._candidates(_key(backbone)):
+            n = min(_common_prefix(entry.ids, query), limit)
+            if n > best_n:
+                best, best_n = entry, n
+        return best, best_n
 
     def save(self, backbone: StatefulBackbone) -> None:
         """Keep what `backbone` holds now (its prefix_state), unless an entry already

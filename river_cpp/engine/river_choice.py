@@ -41,11 +41,11 @@ from river_cpp._cpus import CpuTicks, read_cpu_ticks
 from river_cpp.engine.backbone_choice import GRAPH, BackboneChoice, choose_backbone
 from river_cpp.engine.cache import cache_dir, file_identity
 from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.load_options import AUTO_RIVER
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE as HEAD_TYPE  # the lossless preset's head
 from river_cpp.engine.river import DEFAULT_RIVER_TYPE, RiverSpec, river_cache_path
+from river_cpp.engine.round_cost import best_round
 
-# The river "auto": the one that pays on the file at hand, or none.
-AUTO_RIVER = "auto"
 # The river types the choice weighs, from the best accepted to the cheapest. Each one's
 # effective per-token acceptance when drafting with the lossless preset (the round
 # ends after an unsure token, Speculative.p_min 0.5), from docs/results.md on the 1.5B
@@ -62,7 +62,6 @@ _BLOCK = {"iq4_nl": 32, "q4_0": 32, "q3_k": 256, "q2_k": 256}
 # memory (half the backbone's bytes or more) and the portfolio's probing, and where
 # the promise is close to 1 the estimates' noise decides.
 MIN_SPEEDUP = 1.10
-MAX_DRAFT = 8  # the longest round weighed (Speculative's default max_draft)
 # Verify sizes timed: enough to draw the curve through (it steps, then flattens).
 VERIFY_SIZES = (1, 2, 4, 6, 9)
 # Interleaved passes over the sizes, after one that builds the graphs. Each size keeps
@@ -211,25 +210,6 @@ class RiverChoice:
         return "\n".join(lines)
 
 
-def expected_speedup(acceptance: float, cost: float, verify: Callable[[int], float]) -> tuple[int, float]:
-    """(k, speed over plain decoding) of the best round length k <= MAX_DRAFT for a
-    draft kept with `acceptance` per token at `cost` steps a token, with verify(n) the
-    cost of verifying n positions in steps.
-
-    >>> k, speedup = expected_speedup(0.9, 0.25, lambda n: 1 + 0.1 * (n - 1))
-    >>> k, round(speedup, 2)
-    (4, 1.71)
-    """
-    a = min(acceptance, 0.999)
-    best = (0, 1.0)
-    for k in range(1, MAX_DRAFT + 1):
-        tokens = 1 + a * (1 - a**k) / (1 - a)
-        rate = tokens / (k * cost + verify(k + 1))
-        if rate > best[1]:
-            best = (k, rate)
-    return best
-
-
 def weigh(
     backbone_type: str,
     backbone_bytes: int,
@@ -251,7 +231,7 @@ def weigh(
         if timed is not None:
             timed = max(timed, byte_cost)  # bytes are the least a token costs; a faster timing was luck
         acceptance = ACCEPTANCE[river]
-        k, speedup = expected_speedup(acceptance, byte_cost if timed is None else timed, timings.verify_cost)
+        k, speedup = best_round(acceptance, byte_cost if timed is None else timed, timings.verify_cost)
         candidates.append(Candidate(river, acceptance, byte_cost, river_bytes[river], timed, k, speedup))
     # the best accepted type that pays: on bytes where untimed, else timed
     best = next((c for c in candidates if c.pays), None)
@@ -385,11 +365,12 @@ def time_costs(path: Path, river_types: Sequence[str], *, n_threads: int) -> Tim
     of `river_types` (building each river, as the default would), relative to a
     backbone step of the same model, in interleaved passes."""
     from river_cpp.engine.graph_backbone import GraphBackbone
+    from river_cpp.engine.load_options import LoadOptions
     from river_cpp.engine.policy import ExitPolicy
 
-    options = dict(n_ctx=64, n_threads=n_threads, progress=False)
+    options = LoadOptions(n_ctx=64, n_threads=n_threads, progress=False, river=None)
     if not river_types:
-        with GraphBackbone(str(path), river=None, **options) as model:
+        with GraphBackbone(str(path), options) as model:
             context = _context(model)
             seconds = _interleaved(model, context, {n: dict(n=n, route="backbone") for n in VERIFY_SIZES})
         curve, most = {}, 1.0
@@ -399,7 +380,7 @@ def time_costs(path: Path, river_types: Sequence[str], *, n_threads: int) -> Tim
     costs = {}
     on_river = ExitPolicy.at_layer(0)  # a river draft's forward
     for river in river_types:
-        with GraphBackbone(str(path), river=river, river_head=HEAD_TYPE, **options) as model:
+        with GraphBackbone(str(path), options.replace(river=river, river_head=HEAD_TYPE)) as model:
             context = _context(model)
             runs = {"backbone": dict(n=1, route="backbone"), "river": dict(n=1, route="decode", policy=on_river)}
             seconds = _interleaved(model, context, runs)

@@ -74,6 +74,11 @@ class LlamaCppPeer(LlamaCppBackbone):
         """No prompt cache: every prompt runs from an empty cache."""
         return 0
 
+    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        """Every prompt runs from an empty cache."""
+        self.reset()
+        return 0
+
     def generate(self, prompt: Union[str, Sequence[int]], **options):
         """Generate a continuation of `prompt`; see river_cpp.decoding.generation.generate."""
         from river_cpp.decoding.generation import generate

@@ -209,9 +209,9 @@ def test_prompt_cache_gives_the_logits_of_a_cold_run(model):
     model.reset()
     model.forward(first, route="prompt")
     assert model.cached_prefix(second) == len(first)
-    warm = prefill(model, second).copy()
+    warm = prefill(model, second).logits.copy()
     model.reset()
-    cold = prefill(model, second).copy()
+    cold = prefill(model, second).logits.copy()
     np.testing.assert_allclose(warm, cold, rtol=0, atol=1e-4 * np.abs(cold).max())
     # Through the API: a second chat turn reuses the first turn's prompt.
     model.reset()

@@ -180,7 +180,7 @@ def test_memory_off_leaves_the_memory_alone(model):
 
     for _ in range(3):
         model.generate("The quick brown fox", max_tokens=8, speculative=Speculative(memory=False))
-    assert memory_of(model).tokens == 0 and memory_of(model).documents == 0
+    assert memory_of(model.backbone).tokens == 0 and memory_of(model.backbone).documents == 0
 
 
 def test_the_memory_never_crosses_models(tiny_llama, river_cache):
@@ -190,7 +190,7 @@ def test_the_memory_never_crosses_models(tiny_llama, river_cache):
     with RiverModel(tiny_llama, n_ctx=256, n_threads=1, river="q4_0") as first:
         for _ in range(2):
             first.generate("The quick brown fox", max_tokens=20, speculative=spec)
-        assert memory_of(first).tokens > 0
+        assert memory_of(first.backbone).tokens > 0
         with RiverModel(tiny_llama, n_ctx=256, n_threads=1, river="q4_0") as second:
             result = second.generate("The quick brown fox", max_tokens=20, speculative=spec)
             assert recall_counts(result.speculative, "memory") == (0, 0)

@@ -18,7 +18,8 @@ from river_cpp import RiverModel
 from river_cpp.decoding.grammar import Grammar, schema_grammar
 from river_cpp.engine.cache import models_dir
 from river_cpp.engine.convert import convert
-from river_cpp.measure.corpus import prompt_set
+
+from river_bench.prompts import prompt_set
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 

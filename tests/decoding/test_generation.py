@@ -221,6 +221,10 @@ class _ScriptedModel:
     def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy=None) -> int:
         return 0
 
+    def reuse_prefix(self, ids, *, route="prompt", policy=None) -> int:  # nothing is kept
+        self.rewind(0)
+        return 0
+
     def forward(
         self, ids: Sequence[int], *, last_only=False, route="auto", policy=None, exit_vocab=None, prompt=False
     ) -> np.ndarray:
@@ -305,13 +309,15 @@ def test_prompt_cache_reuses_the_common_prefix_and_matches_a_cold_run(model):
     n = len(first.prompt_token_ids) + len(first.token_ids)
     assert reused == n - 1 or (reused == n and first.speculative.accepted > 0)
     fed = []
-    forward = model.forward
-    model.forward = lambda ids, **kw: fed.append(len(ids)) or forward(ids, **kw)
+    backbone = model.backbone  # what the loop runs on
+    forward = backbone.forward
+    backbone.forward = lambda ids, **kw: fed.append(len(ids)) or forward(ids, **kw)
     try:
         warm = model.generate(follow_up, max_tokens=8)
     finally:
-        del model.forward
+        del backbone.forward
     assert fed[0] == len(follow_up) - reused
+    assert warm.cached_tokens == reused
     model.reset()
     cold = model.generate(follow_up, max_tokens=8)
     assert warm.token_ids == cold.token_ids

@@ -473,15 +473,16 @@ def test_draft_length_is_learned_once_per_model_and_draft(model, tiny_llama):
     spec = Speculative(max_draft=4)
     model.reset()
     model.generate(PROMPT, max_tokens=12, speculative=spec)
-    learned = draft_length_for(model, spec, greedy=True)
+    backbone = model.backbone  # what the loop runs on, and learns for
+    learned = draft_length_for(backbone, spec, greedy=True)
     assert learned._rounds > 0
-    assert draft_length_for(model, Speculative(max_draft=4), greedy=True) is learned
-    assert draft_length_for(model, Speculative(max_draft=5), greedy=True) is not learned
-    assert draft_length_for(model, spec, greedy=False) is not learned
+    assert draft_length_for(backbone, Speculative(max_draft=4), greedy=True) is learned
+    assert draft_length_for(backbone, Speculative(max_draft=5), greedy=True) is not learned
+    assert draft_length_for(backbone, spec, greedy=False) is not learned
     fixed = Speculative(max_draft=4, adaptive=False)
-    assert draft_length_for(model, fixed, greedy=True) is not draft_length_for(model, fixed, greedy=True)
+    assert draft_length_for(backbone, fixed, greedy=True) is not draft_length_for(backbone, fixed, greedy=True)
     with RiverModel(tiny_llama, n_ctx=N_CTX, n_threads=1, river="q4_0") as other:
-        assert draft_length_for(other, spec, greedy=True) is not learned
+        assert draft_length_for(other.backbone, spec, greedy=True) is not learned
 
 
 def test_draft_length_grows_at_most_twofold_into_unmeasured_lengths():
@@ -558,6 +559,10 @@ class _SuccessorModel:
         pass
 
     def cached_prefix(self, ids, *, route="prompt", policy=None) -> int:
+        return 0
+
+    def reuse_prefix(self, ids, *, route="prompt", policy=None) -> int:  # nothing is kept
+        self.rewind(0)
         return 0
 
     def forward(self, ids, *, last_only=False, route="auto", policy=None, exit_vocab=None, prompt=False) -> np.ndarray:

@@ -18,7 +18,6 @@ from river_cpp.engine.river_choice import (
     MIN_SPEEDUP,
     Timings,
     choose_river,
-    expected_speedup,
     file_bytes,
     weigh,
 )
@@ -28,12 +27,6 @@ from river_cpp.engine.river_choice import (
 STEEP = {1: 1.0, 2: 1.6, 4: 1.7, 6: 2.5, 9: 2.6}
 FLAT = {1: 1.0, 2: 1.05, 9: 1.4}
 RIVER_BYTES = {"iq4_nl": 900, "q3_k": 700, "q2_k": 560}
-
-
-def test_expected_speedup_is_plain_where_no_length_pays():
-    assert expected_speedup(0.9, 0.9, Timings(STEEP).verify_cost) == (0, 1.0)
-    k, speedup = expected_speedup(1.0, 0.0, lambda n: 1.0)  # free drafts, always kept, free verify
-    assert k == 8 and speedup == pytest.approx(9.0, rel=0.01)
 
 
 def test_the_verify_curve_interpolates_and_extends():

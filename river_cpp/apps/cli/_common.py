@@ -86,7 +86,7 @@ def model_path(given: Optional[str], hf_repo: Optional[str] = None) -> str:
     if hf_repo is not None:
         if given is not None:
             raise ValueError("give --model or -hf, not both")
-        from river_cpp.apps.hub import download_spec
+        from river_cpp.engine.hub import download_spec
 
         try:
             return str(download_spec(hf_repo))

@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Optional
 
-from river_cpp.apps.completions import CANCELLED
+from river_cpp.apps.completions import CANCELLED, create_chat_completion, create_completion
 from river_cpp.apps.server.config import DEFAULT_QUEUE_SIZE
 from river_cpp.apps.server.protocol import APIError, ParsedRequest, overflow_error
 from river_cpp.engine.context import ContextOverflowError
@@ -57,8 +57,8 @@ class Job:
                 self.finish_reason = CANCELLED
                 return
             request = self.request
-            call = model.create_chat_completion if request.chat else model.create_completion
-            out = call(request.prompt, **request.options, cancel=self.cancel, model_name=self.model_id)
+            call = create_chat_completion if request.chat else create_completion
+            out = call(model, request.prompt, **request.options, cancel=self.cancel, model_name=self.model_id)
             if isinstance(out, dict):
                 self.finish_reason = out["choices"][0]["finish_reason"]
                 self._post("result", out)

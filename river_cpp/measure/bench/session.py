@@ -131,8 +131,6 @@ def _count(name: str, value: object, *, minimum: int = 0) -> int:
 
 
 def _versions() -> dict[str, str]:
-    import llama_cpp
+    from importlib.metadata import version
 
-    import river_cpp
-
-    return {"river_cpp": river_cpp.__version__, "llama_cpp_python": llama_cpp.__version__}
+    return {"river_cpp": version("river-cpp"), "llama_cpp_python": version("llama-cpp-python")}

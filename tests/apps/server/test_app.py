@@ -402,7 +402,7 @@ def test_requests_share_the_draft_memory_only_where_the_operator_opts_in(tiny_ll
             assert request(live.port, "POST", "/v1/completions", speculative)[0] == 200
         # A direct call adds the last request to the memory if that request used it.
         fresh.generate("Hello", max_tokens=2)
-        assert (memory_of(fresh).tokens > 0) == share_drafts
+        assert (memory_of(fresh.backbone).tokens > 0) == share_drafts
 
 
 # ---------------------------------------------------------------- structured output and tools

@@ -13,7 +13,7 @@ from river_cpp.apps.server.protocol import ParsedRequest
 from river_cpp.apps.server.worker import Job, ModelWorker
 from river_cpp.engine import prompt_cache
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("stand_in_completions")]
 
 WAIT = 10
 

@@ -14,7 +14,7 @@ from river_cpp.apps.server.protocol import ParsedRequest
 from river_cpp.apps.server.worker import Job, ModelWorker
 from river_cpp.engine.context import ContextOverflowError
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("stand_in_completions")]
 
 WAIT = 10  # seconds before a test gives up on the worker thread
 

@@ -1,4 +1,4 @@
-"""river_cpp.apps.hub and RiverModel.from_pretrained, offline against a cache folder the
+"""river_cpp.engine.hub and RiverModel.from_pretrained, offline against a cache folder the
 tests write (tests/hf_cache.py): no network is ever used."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hf_cache import use_offline_cache, write_repo
 
-from river_cpp.apps.hub import choose_file, download, download_spec, parse_repo_spec, quant_pattern, repo_files
+from river_cpp.engine.hub import choose_file, download, download_spec, parse_repo_spec, quant_pattern, repo_files
 
 pytest.importorskip("huggingface_hub")
 
