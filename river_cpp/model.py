@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.completions import create_chat_completion, create_completion
 from river_cpp.decoding.decision import (
     Decoding,
     SpeculativeOption,
@@ -416,16 +417,12 @@ class RiverModel:
 
     def create_completion(self, prompt: Union[str, Sequence[int]], **options: Any):
         """An OpenAI-shaped text completion (llama-cpp-python's create_completion);
-        see river_cpp.apps.completions.create_completion."""
-        from river_cpp.apps.completions import create_completion
-
+        see river_cpp.completions.create_completion."""
         return create_completion(self, prompt, **options)
 
     def create_chat_completion(self, messages: Sequence[Mapping[str, object]], **options: Any):
         """An OpenAI-shaped chat completion (llama-cpp-python's create_chat_completion);
-        see river_cpp.apps.completions.create_chat_completion."""
-        from river_cpp.apps.completions import create_chat_completion
-
+        see river_cpp.completions.create_chat_completion."""
         return create_chat_completion(self, messages, **options)
 
     # ---------------------------------------------------------------- the Hugging Face Hub

@@ -457,7 +457,7 @@ def not_a_gguf(tmp_path_factory) -> Path:
 
 
 # A chat template that renders tools and tool calls in the "hermes" syntax (Qwen2.5's),
-# for the tiny models: river_cpp.apps.tools and the server's tool calls run on it.
+# for the tiny models: river_cpp.completions.tools and the server's tool calls run on it.
 HERMES_TEMPLATE = """{%- if tools %}<|im_start|>system
 You can call these tools:
 <tools>{% for tool in tools %}

@@ -12,7 +12,7 @@ output draws from river-cpp's own seeded generator, so a seed gives river-cpp's
 reproducible draw, not llama.cpp's; seeds follow llama-cpp-python 0.3.36's rule
 (a call without one takes the next of a fixed sequence, so a script samples the
 same on every run). Text is llama-cpp-python's from the same tokens: invalid UTF-8
-dropped, streams cut into its chunks (river_cpp.apps.completion_text). Every
+dropped, streams cut into its chunks (river_cpp.completions.output_text). Every
 keyword llama-cpp-python takes is served, accepted because it cannot change the
 output (a warning, once per process, names those ignored), or refused with an
 error naming it (river_cpp.apps.llama_compat's tables say why).
@@ -31,10 +31,10 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp._cpus import default_n_threads
-from river_cpp.apps import completions
 from river_cpp.apps import llama_compat as compat
 from river_cpp.apps.embeddings import Embedder
 from river_cpp.apps.llama_compat import LLAMA_DEFAULT_SEED, REFUSED, REFUSED_SAMPLING, LlamaTokenizer
+from river_cpp.completions import create_chat_completion, create_completion
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.engine.backbone import common_prefix
 from river_cpp.engine.gguf_info import read_gguf_info
@@ -507,7 +507,7 @@ class Llama:
         )
 
     def _grammar(self, grammar: Any):
-        from river_cpp.apps.structured import request_grammar
+        from river_cpp.completions.structured import request_grammar
 
         return request_grammar(self._model, grammar=grammar)
 
@@ -690,7 +690,7 @@ class Llama:
             mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta,
         )
-        result = completions.create_completion(
+        result = create_completion(
             self._model,
             prompt,
             max_tokens=max_tokens,
@@ -751,7 +751,7 @@ class Llama:
         tool_choice (and the older functions / function_call) give OpenAI tool_calls
         on any template: in the template's own call syntax where it has one, else a
         named or "required" choice makes the reply the call's JSON; response_format
-        and grammar constrain the reply (river_cpp.apps.completions.create_chat_completion)."""
+        and grammar constrain the reply (river_cpp.completions.create_chat_completion)."""
         if not tools:  # llama-cpp-python reads an empty list as no tools (Haystack sends one)
             tools = None
         if functions is not None and tools is None:
@@ -778,7 +778,7 @@ class Llama:
             mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta,
         )
-        return completions.create_chat_completion(
+        return create_chat_completion(
             self._model,
             messages,
             max_tokens=max_tokens,

@@ -5,7 +5,7 @@
 - app: the Starlette app, SSE streaming, the safety checks, launching uvicorn;
 - config: ServerConfig, how it listens and whom it serves.
 
-What a completion is, is river_cpp.apps.completions'. The app needs the `[server]` extra
+What a completion is, is river_cpp.completions'. The app needs the `[server]` extra
 (starlette, uvicorn); the other modules do not, so its names load on first use.
 """
 

@@ -14,10 +14,11 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from river_cpp.apps.chat_template import chat_template
-from river_cpp.apps.completions import MAX_CHOICES, chat_prompt
-from river_cpp.apps.structured import request_grammar, response_format_grammar
-from river_cpp.apps.tools import check_tools
+from river_cpp.completions.chat import chat_prompt
+from river_cpp.completions.chat_template import chat_template
+from river_cpp.completions.shared import MAX_CHOICES
+from river_cpp.completions.structured import request_grammar, response_format_grammar
+from river_cpp.completions.tools import check_tools
 from river_cpp.decoding.decision import Decoding, decide, sampling_defaults
 from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams

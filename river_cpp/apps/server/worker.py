@@ -15,9 +15,9 @@ import threading
 from collections import deque
 from typing import Any, Callable, Optional
 
-from river_cpp.apps.completions import CANCELLED, create_chat_completion, create_completion
 from river_cpp.apps.server.config import DEFAULT_QUEUE_SIZE
 from river_cpp.apps.server.protocol import APIError, ParsedRequest, overflow_error
+from river_cpp.completions import CANCELLED, create_chat_completion, create_completion
 from river_cpp.engine.context import ContextOverflowError
 from river_cpp.engine.prompt_cache import cache_scope
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from river_cpp.apps.completions import CANCELLED
 from river_cpp.apps.server.protocol import ParsedRequest
 from river_cpp.apps.server.worker import Job, ModelWorker
+from river_cpp.completions import CANCELLED
 from river_cpp.engine.context import ContextOverflowError
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("stand_in_completions")]

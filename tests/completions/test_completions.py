@@ -1,4 +1,4 @@
-"""river_cpp.apps.completions and RiverModel's lock: OpenAI shapes, streaming = non-streaming,
+"""river_cpp.completions and RiverModel's lock: OpenAI shapes, streaming = non-streaming,
 seeded sampling, two threads on one model, and the prompt cache against a cold run."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.apps.completions import ContextOverflowError
 from river_cpp.decoding.generation import prefill
+from river_cpp.engine.context import ContextOverflowError
 
 N_CTX = 256
 PROMPT = "The quick brown fox"

@@ -1,4 +1,4 @@
-"""river_cpp.apps.tools: checking tools, the call grammars, parsing calls (no model)."""
+"""river_cpp.completions.tools: checking tools, the call grammars, parsing calls (no model)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from river_cpp.apps.tools import ToolCallStream, call_grammar, call_syntax, check_tools, parse_tool_calls
+from river_cpp.completions.tools import ToolCallStream, call_grammar, call_syntax, check_tools, parse_tool_calls
 
 WEATHER = {
     "type": "function",
@@ -93,7 +93,7 @@ def test_the_call_grammar_names_the_function():
 
 
 def test_a_template_without_a_tool_syntax_forces_bare_json_calls():
-    from river_cpp.apps.tools import known_call_syntax
+    from river_cpp.completions.tools import known_call_syntax
 
     assert known_call_syntax("{{ messages }}") is None and known_call_syntax("<tool_call>") == "hermes"
     named = check_tools([WEATHER, CLOCK], {"type": "function", "function": {"name": "get_weather"}})

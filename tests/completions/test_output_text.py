@@ -1,10 +1,10 @@
-"""river_cpp.apps.completion_text on byte pieces written by hand: the text and stream
+"""river_cpp.completions.output_text on byte pieces written by hand: the text and stream
 chunks llama-cpp-python 0.3.36 gives (tests/apps/test_llama_compat.py checks the same
 rules against llama_cpp.Llama on a real model)."""
 
 from __future__ import annotations
 
-from river_cpp.apps.completion_text import CompletionText
+from river_cpp.completions.output_text import CompletionText
 
 
 def stream(pieces: list[bytes], stop: tuple[str, ...] = (), *, each_token: bool = False):
