@@ -168,7 +168,7 @@ def footer(turn: Turn, n_layer: int) -> str:
     r = turn.result
     prompt = f"prompt {turn.prompt_tokens} tokens ({turn.cached_tokens} cached)"
     if r is not None:
-        prompt += f" {_rate(r.prompt_token_ids, turn.cached_tokens, r.prompt_seconds):.1f} tokens/s"
+        prompt += f" {r.prompt_tokens_per_second:.1f} tokens/s"
         speed = f"{r.generation_tokens_per_second:.1f} tokens/s"
     else:
         speed = "stopped"
@@ -179,10 +179,6 @@ def footer(turn: Turn, n_layer: int) -> str:
     if turn.dropped_turns:
         parts.append(f"{turn.dropped_turns} oldest exchange(s) dropped to fit the context")
     return "[" + " | ".join(parts) + "]"
-
-
-def _rate(prompt_ids: list[int], cached: int, seconds: float) -> float:
-    return (len(prompt_ids) - cached) / seconds if seconds > 0 else 0.0
 
 
 # ---------------------------------------------------------------- the REPL

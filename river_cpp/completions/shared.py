@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence, Union
 from river_cpp.completions.output_text import CompletionText, TextPiece
 from river_cpp.decoding.decision import Decoding, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
-from river_cpp.decoding.generation import GenerationChunk, GenerationStream
+from river_cpp.decoding.generation import GenerationChunk, GenerationStream, tokens_per_second
 from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.engine.context import check_fits
@@ -175,12 +175,9 @@ def usage(model, run: Run) -> dict[str, Any]:
         "exit_histogram": list(stats.histogram),
         "prompt_seconds": round(prompt_seconds, 6),
         "generation_seconds": round(generation_seconds, 6),
-        "prompt_tokens_per_second": round((n_prompt - run.cached_tokens) / prompt_seconds, 2)
-        if prompt_seconds > 0
-        else 0.0,
-        "generation_tokens_per_second": round((n_computed - 1) / generation_seconds, 2)
-        if n_computed > 1 and generation_seconds > 0
-        else 0.0,
+        "prompt_tokens_per_second": round(tokens_per_second(n_prompt - run.cached_tokens, prompt_seconds), 2),
+        # the first token comes from the prefill's logits
+        "generation_tokens_per_second": round(tokens_per_second(n_computed - 1, generation_seconds), 2),
     }
     if run.speculative is not None:
         spec = run.speculative

@@ -70,8 +70,9 @@ class GenerationResult:
 
     @property
     def prompt_tokens_per_second(self) -> float:
-        """Prompt tokens per second of prefill (0.0 when nothing was timed)."""
-        return _rate(len(self.prompt_token_ids), self.prompt_seconds)
+        """Prompt tokens computed per second of prefill: those not taken from the
+        cache (0.0 when nothing was timed)."""
+        return tokens_per_second(len(self.prompt_token_ids) - self.cached_tokens, self.prompt_seconds)
 
     @property
     def generation_tokens_per_second(self) -> float:
@@ -80,7 +81,7 @@ class GenerationResult:
         The first token comes from the prefill's logits, so the decode steps
         produced len(token_ids) - 1 tokens.
         """
-        return _rate(len(self.token_ids) - 1, self.generation_seconds)
+        return tokens_per_second(len(self.token_ids) - 1, self.generation_seconds)
 
 
 # llama-cpp-python's hooks: logits_processor(input_ids, scores) -> scores, and
@@ -119,7 +120,9 @@ class _Processed:
         return self.sampler(scores, history, constraint)
 
 
-def _rate(count: int, seconds: float) -> float:
+def tokens_per_second(count: int, seconds: float) -> float:
+    """`count` tokens over `seconds`; 0.0 where either is not positive (nothing was
+    computed, or nothing timed). The one definition of a speed that every report uses."""
     return count / seconds if count > 0 and seconds > 0 else 0.0
 
 

@@ -80,6 +80,7 @@ class GraphBackbone:
     governor: Optional[ThreadGovernor] = None
     _state_key: Optional[str] = None
     seed: Optional[int] = None
+    rewinds_anywhere = True  # a KV cache: the prompt cache may restore any prefix of an entry
 
     def __init__(self, path: str, options: LoadOptions) -> None:
         """Load the backbone at `path` and, unless `options.river` is None, its river

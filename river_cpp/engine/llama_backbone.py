@@ -356,6 +356,12 @@ class LlamaCppBackbone:
         llama.n_tokens = start
         self._decode(kept[start:])
 
+    @property
+    def rewinds_anywhere(self) -> bool:
+        """Whether the cache can be cut at any position without running it again (a KV
+        cache); a recurrent state cannot (river_cpp.engine.prompt_cache)."""
+        return self.memory == ATTENTION
+
     def _reusable(self, n: int) -> int:
         """How many of the first `n` cached positions a rewind keeps without running any
         of them again: all on a KV cache, or where they are the whole cached sequence; on

@@ -80,6 +80,13 @@ class StatefulBackbone(Protocol):
         """Keep the first n_past positions."""
         ...
 
+    @property
+    def rewinds_anywhere(self) -> bool:
+        """Whether a restored state can be cut at any position without running it again
+        (a KV cache); a recurrent state holds only its end, so only an entry that the
+        prompt continues whole saves it any work."""
+        ...
+
 
 @dataclass
 class _Entry:
@@ -176,15 +183,17 @@ class PromptCache:
 
     def _best(self, backbone: StatefulBackbone, ids: Sequence[int], cached: int) -> tuple[Optional[_Entry], int]:
         """The entry sharing the longest prefix with `ids` (at most len(ids) - 1) when it
-        beats the `cached` positions, and that length; (None, cached) otherwise."""
+        beats the `cached` positions, and that length; (None, cached) otherwise. A
+        backbone that cannot cut a restored state takes only entries `ids` holds whole."""
         limit = len(ids) - 1
         best, best_n = None, cached
         if limit <= max(cached, 0):
             return best, best_n
         query = np.asarray(ids, dtype=np.int32)
+        whole_only = not backbone.rewinds_anywhere
         for entry in self._candidates(_key(backbone)):
             n = min(_common_prefix(entry.ids, query), limit)
-            if n > best_n:
+            if n > best_n and not (whole_only and n < len(entry.ids)):
                 best, best_n = entry, n
         return best, best_n
 

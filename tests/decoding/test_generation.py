@@ -16,7 +16,7 @@ from llama_run import cpu_llama
 from routes import PAPER_RIVER
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.decoding.generation import GenerationStream, generate, generate_step
+from river_cpp.decoding.generation import GenerationResult, GenerationStream, generate, generate_step, tokens_per_second
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 
 N_CTX = 64
@@ -321,3 +321,20 @@ def test_prompt_cache_reuses_the_common_prefix_and_matches_a_cold_run(model):
     model.reset()
     cold = model.generate(follow_up, max_tokens=8)
     assert warm.token_ids == cold.token_ids
+
+
+def test_speeds_count_what_was_computed():
+    """A prompt's speed counts the tokens the prefill computed, not those it took from
+    the cache; decoding's, the tokens after the first (which the prefill's logits chose)."""
+    result = GenerationResult(
+        text="",
+        token_ids=[1, 2, 3],
+        prompt_token_ids=list(range(10)),
+        finish_reason="length",
+        prompt_seconds=2.0,
+        generation_seconds=0.5,
+        cached_tokens=6,
+    )
+    assert result.prompt_tokens_per_second == pytest.approx(4 / 2.0)
+    assert result.generation_tokens_per_second == pytest.approx(2 / 0.5)
+    assert tokens_per_second(0, 1.0) == 0.0 and tokens_per_second(5, 0.0) == 0.0

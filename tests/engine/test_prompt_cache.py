@@ -16,9 +16,10 @@ from river_cpp.engine.prompt_cache import PromptCache, cache_scope, from_llama_c
 class StateBackbone:
     """Holds a sequence; its state is the ids' bytes times `scale` (so sizes are known)."""
 
-    def __init__(self, key: str = "model-a", scale: int = 1) -> None:
+    def __init__(self, key: str = "model-a", scale: int = 1, *, rewinds_anywhere: bool = True) -> None:
         self.key, self.scale, self.ids = key, scale, []
         self.restored = 0
+        self.rewinds_anywhere = rewinds_anywhere
 
     def state_key(self) -> str:
         return self.key
@@ -182,3 +183,20 @@ def test_llama_cpp_caches_become_prompt_caches(tmp_path):
     assert from_llama_cpp_cache(ours) is ours and from_llama_cpp_cache(None) is None
     with pytest.raises(TypeError, match="set_cache takes"):
         from_llama_cpp_cache({})
+
+
+def test_a_state_that_cannot_be_cut_is_restored_only_whole():
+    """A recurrent state holds only its end: an entry that a prompt parts from inside
+    would be restored and then run again from the start, so it is no hit; one that the
+    prompt continues whole is."""
+    for rewinds_anywhere, expected in ((True, len(DOC_A) + 1), (False, 0)):
+        cache = PromptCache(min_tokens=4)
+        model = StateBackbone(rewinds_anywhere=rewinds_anywhere)
+        model.ids = DOC_A + [1, 2, 3]
+        cache.save(model)
+        model.ids = []
+        parting = DOC_A + [1, 9, 9]
+        assert cache.longest(model, parting, cached=0) == expected
+        assert cache.restore(model, parting, cached=0) == expected
+    continuing = DOC_A + [1, 2, 3, 4, 5]
+    assert cache.restore(model, continuing, cached=0) == len(DOC_A) + 3 and model.restored == 1
