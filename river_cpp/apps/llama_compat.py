@@ -1,21 +1,27 @@
-"""What river_cpp.Llama takes from llama-cpp-python's constructor, and what it shows back.
+"""What river_cpp.Llama takes from llama-cpp-python: its constructor's keywords and seeds.
 
 Owns the keyword tables (served, accepted because they cannot change the output,
-refused because they would and cannot be served), the checks that need the GGUF's
-header (RoPE settings, n_ctx=0, chat_format names), and the members frameworks read
-(context_params, model_params, metadata, the tokenizer object). It does not load or
-run a model: river_cpp.apps.llama does.
+refused because they would and cannot be served), their sorting into the LoadOptions a
+RiverModel loads with (sort_llama_keywords), the checks that need the GGUF's header
+(RoPE settings, n_ctx=0, chat_format names) and llama-cpp-python's seed rules. It does
+not load or run a model (river_cpp.apps.llama does), nor build the members frameworks
+read (river_cpp.apps.llama_members).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
+import random
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
-from river_cpp.engine.gguf_info import ArraySummary, GgufInfo
+from river_cpp.engine.gguf_info import GgufInfo
+from river_cpp.engine.load_options import LoadOptions
+from river_cpp.model import RiverModel
 
 # llama_cpp.LLAMA_DEFAULT_SEED: llama.cpp's "a fresh random seed" (llama-cpp-python's
 # calls without a seed still draw theirs from a fixed sequence: river_cpp.apps.llama)
@@ -123,6 +129,14 @@ def _meta(info: GgufInfo, key: str, default: Any = None) -> Any:
     return info.get(f"{info.arch}.{key}", default)
 
 
+def rope_settings(info: GgufInfo) -> tuple[int, float, float]:
+    """(rope_scaling_type, rope_freq_base, rope_freq_scale) of the GGUF."""
+    scaling = str(_meta(info, "rope.scaling.type", "none"))
+    factor = float(_meta(info, "rope.scaling.factor", 0.0) or 0.0)
+    scale = 1.0 / factor if scaling != "none" and factor > 0 else 1.0
+    return ROPE_SCALING_TYPES.get(scaling, -1), float(_meta(info, "rope.freq_base", 10000.0)), scale
+
+
 # LangChain's LlamaCpp and ChatLlamaCpp always pass rope_freq_base=10000.0 (their default).
 LANGCHAIN_ROPE_FREQ_BASE = 10000.0
 
@@ -132,14 +146,11 @@ def check_rope(info: GgufInfo, options: Mapping[str, Any]) -> None:
     own settings (0 / -1 / None: the GGUF's, as in llama-cpp-python). One exception:
     rope_freq_base=10000.0, LangChain's default on every model, keeps the GGUF's base
     with a warning once per process (llama-cpp-python applies it and changes the output)."""
-    base = float(_meta(info, "rope.freq_base", 10000.0))
-    scaling = str(_meta(info, "rope.scaling.type", "none"))
-    factor = float(_meta(info, "rope.scaling.factor", 0.0) or 0.0)
-    scale = 1.0 / factor if scaling != "none" and factor > 0 else 1.0
+    scaling_type, base, scale = rope_settings(info)
     wanted = {
         "rope_freq_base": (base, options.get("rope_freq_base", 0.0), (0.0, None)),
         "rope_freq_scale": (scale, options.get("rope_freq_scale", 0.0), (0.0, None)),
-        "rope_scaling_type": (ROPE_SCALING_TYPES.get(scaling, -1), options.get("rope_scaling_type", -1), (-1, None)),
+        "rope_scaling_type": (scaling_type, options.get("rope_scaling_type", -1), (-1, None)),
     }
     for name, (own, value, neutral) in wanted.items():
         if value in neutral:
@@ -203,23 +214,6 @@ def _available_memory() -> Optional[int]:
         return None
 
 
-def metadata(info: GgufInfo) -> dict[str, str]:
-    """The GGUF's key-values as llama.cpp gives them to llama-cpp-python's `metadata`:
-    every key that is not an array, its value as text (floats with six decimals,
-    booleans as true / false)."""
-    out = {}
-    for key, value in info.metadata.items():
-        if isinstance(value, (list, ArraySummary)):
-            continue
-        if isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, float):
-            out[key] = f"{value:.6f}"
-        else:
-            out[key] = str(value)
-    return out
-
-
 # ---------------------------------------------------------------- chat formats
 
 # llama-cpp-python's chat_format names served through the GGUF's own template when it
@@ -263,106 +257,108 @@ def chat_template_of(chat_format: Optional[str], gguf_template: Optional[str]) -
     )
 
 
-# ---------------------------------------------------------------- members
+# ---------------------------------------------------------------- sorting a constructor's keywords
+
+# RoPE and YaRN keywords: served where they ask for the GGUF's own settings (check_rope).
+ROPE_KEYWORDS = (
+    "rope_scaling_type",
+    "rope_freq_base",
+    "rope_freq_scale",
+    "yarn_ext_factor",
+    "yarn_attn_factor",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_orig_ctx",
+)
+_LOAD_FIELDS = frozenset(f.name for f in dataclasses.fields(LoadOptions))
 
 
-@dataclass
-class ContextParams:
-    """llama-cpp-python's `context_params` (llama_context_params) as river-cpp runs:
-    the fields frameworks read, with the values in effect."""
+def _river_keywords() -> frozenset[str]:
+    """The keywords river-cpp adds to llama-cpp-python's: LoadOptions' fields and
+    RiverModel's own keyword-only ones (policy, speculative, prompt_cache), except the
+    seed, which Llama keeps for itself."""
+    parameters = inspect.signature(RiverModel.__init__).parameters.values()
+    own = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"seed"}
+    return _LOAD_FIELDS | own
 
-    n_ctx: int
-    n_batch: int
-    n_ubatch: int
-    n_seq_max: int
-    n_threads: int
-    n_threads_batch: int
-    rope_scaling_type: int
-    pooling_type: int
+
+@dataclass(frozen=True)
+class LlamaKeywords:
+    """A Llama constructor's keywords, sorted: how its RiverModel loads and RiverModel's
+    other keywords; llama.cpp's sizing ones (SIZING, shown in context_params); the
+    attention type of embeddings (llama.cpp's: -1, the GGUF's)."""
+
+    load_options: LoadOptions
+    model_keywords: Mapping[str, Any]
+    sizing: Mapping[str, Any]
     attention_type: int
-    rope_freq_base: float
-    rope_freq_scale: float
-    yarn_ext_factor: float
-    yarn_attn_factor: float
-    yarn_beta_fast: float
-    yarn_beta_slow: float
-    yarn_orig_ctx: int
-    embeddings: bool
-    offload_kqv: bool
-    flash_attn: bool
-    no_perf: bool
-    type_k: Optional[int]
-    type_v: Optional[int]
 
 
-@dataclass
-class ModelParams:
-    """llama-cpp-python's `model_params` (llama_model_params), as river-cpp runs."""
+def sort_llama_keywords(
+    info: GgufInfo,
+    options: Mapping[str, Any],
+    *,
+    n_ctx: int,
+    n_threads: Optional[int],
+    use_mmap: bool,
+    n_gpu_layers: int,
+    main_gpu: int,
+    rpc_servers: Union[str, Sequence[str], None],
+    embedding: bool,
+    verbose: bool,
+) -> LlamaKeywords:
+    """Sort a Llama constructor's keywords: `options` (those beyond its named
+    parameters) and the named ones that reach LoadOptions. A refused keyword away from
+    its neutral value raises ValueError naming it (attention_type is served with
+    embedding=True); RoPE / YaRN keywords must ask for the GGUF's own (check_rope);
+    the ignored ones, and those neither llama-cpp-python nor river-cpp knows, are named
+    in one warning (warn_ignored); UNUSED ones are dropped silently. n_ctx=0 is the
+    GGUF's training context (training_context); rpc_servers may be one comma-separated
+    string; progress bars follow `verbose` unless `progress` is given."""
+    options = dict(options)
+    for name in list(options):
+        if name in REFUSED and not (name == "attention_type" and embedding):
+            refuse(name, options.pop(name), REFUSED)
+    check_rope(info, {n: options.pop(n) for n in ROPE_KEYWORDS if n in options})
+    sizing = {n: options.pop(n, default) for n, default in SIZING.items()}
+    ignored = {n: options.pop(n) for n in list(options) if n in IGNORED}
+    for name in UNUSED:
+        options.pop(name, None)
+    river_keywords = _river_keywords()
+    unknown = [n for n in options if n not in river_keywords and n != "attention_type"]
+    ignored.update((name, options.pop(name)) for name in unknown)
+    warn_ignored(ignored, unknown=unknown)
+    attention_type = options.pop("attention_type", -1)
+    if n_ctx == 0:
+        n_ctx = training_context(info, verbose=verbose)
+    if isinstance(rpc_servers, str):
+        rpc_servers = [s.strip() for s in rpc_servers.split(",") if s.strip()]
+    model_keywords = {n: options.pop(n) for n in list(options) if n not in _LOAD_FIELDS}
+    options.setdefault("progress", verbose)
+    load_options = LoadOptions(
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        use_mmap=use_mmap,
+        n_gpu_layers=n_gpu_layers,
+        main_gpu=main_gpu,
+        rpc_servers=tuple(rpc_servers or ()),
+        verbose=verbose,
+        **options,
+    )
+    return LlamaKeywords(load_options, model_keywords, sizing, attention_type)
 
-    n_gpu_layers: int
-    split_mode: int
-    main_gpu: int
-    tensor_split: Optional[Sequence[float]]
-    vocab_only: bool
-    use_mmap: bool
-    use_mlock: bool
-    kv_overrides: Optional[Mapping[str, Any]]
+
+# ---------------------------------------------------------------- seeds
 
 
-def rope_settings(info: GgufInfo) -> tuple[int, float, float]:
-    """(rope_scaling_type, rope_freq_base, rope_freq_scale) of the GGUF."""
-    scaling = str(_meta(info, "rope.scaling.type", "none"))
-    factor = float(_meta(info, "rope.scaling.factor", 0.0) or 0.0)
-    scale = 1.0 / factor if scaling != "none" and factor > 0 else 1.0
-    return ROPE_SCALING_TYPES.get(scaling, -1), float(_meta(info, "rope.freq_base", 10000.0)), scale
+def draw_seed(seed: Optional[int]) -> Optional[int]:
+    """The seed river-cpp's sampler takes for llama-cpp-python's `seed` (None: fresh
+    entropy, where llama.cpp reads it as "a fresh random seed": None, -1, LLAMA_DEFAULT_SEED)."""
+    return None if seed is None or seed == -1 or seed == LLAMA_DEFAULT_SEED else seed
 
 
-class LlamaTokenizer:
-    """llama-cpp-python's LlamaTokenizer API (Llama.tokenizer(), Llama.tokenizer_) on
-    a river_cpp.Llama: bytes in tokenize / detokenize, text in encode / decode."""
-
-    def __init__(self, llama: Any) -> None:
-        self._llama = llama
-
-    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
-        """Token ids of UTF-8 `text`."""
-        return self._llama.tokenize(text, add_bos=add_bos, special=special)
-
-    def detokenize(
-        self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None, special: bool = False
-    ) -> bytes:
-        """The bytes of `tokens` (as they continue `prev_tokens`, when given)."""
-        return self._llama.detokenize(tokens, prev_tokens=prev_tokens, special=special)
-
-    def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
-        """Token ids of `text`."""
-        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        """The text of `tokens` (invalid UTF-8 dropped, as llama-cpp-python does)."""
-        return self.detokenize(tokens).decode("utf-8", errors="ignore")
-
-    @classmethod
-    def from_ggml_file(cls, path: str) -> LlamaTokenizer:
-        """The tokenizer of the GGUF at `path` (its vocabulary only)."""
-        return cls(_VocabOnly(path))
-
-
-class _VocabOnly:
-    """A GGUF's tokenizer behind Llama's tokenize / detokenize."""
-
-    def __init__(self, path: str) -> None:
-        from river_cpp.engine.tokenizer import Tokenizer
-
-        self._tokenizer = Tokenizer(os.fspath(path))
-
-    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
-        return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
-
-    def detokenize(
-        self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None, special: bool = False
-    ) -> bytes:
-        if prev_tokens is None:
-            return self._tokenizer.detokenize_bytes(tokens, special=special)
-        before = self._tokenizer.detokenize_bytes(prev_tokens, special=special)
-        return self._tokenizer.detokenize_bytes([*prev_tokens, *tokens], special=special)[len(before) :]
+def next_seed(seed: int) -> int:
+    """The seed llama-cpp-python 0.3.36 gives a completion called without one, after
+    `seed`: a number drawn by Python's random.Random(seed) (so the sequence is the same
+    in every process: a script's "random" samples repeat from run to run)."""
+    return random.Random(seed).randint(0, 2**32)

@@ -5,6 +5,7 @@ under drafts, tools, and hostile input that leaves the model usable."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,21 @@ def test_a_call_argument_it_cannot_serve_is_named(llm, options, name):
 def test_a_constructor_argument_it_cannot_serve_is_named(tiny_tools_llama, options, name):
     with pytest.raises(ValueError, match=name):
         river_cpp.Llama(model_path=str(tiny_tools_llama), verbose=False, **options)
+
+
+def test_river_cpp_keywords_reach_the_model_and_are_checked_at_construction(tiny_tools_llama):
+    path = str(tiny_tools_llama)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none of them is "ignored"
+        with river_cpp.Llama(
+            path, n_ctx=N_CTX, n_threads=1, verbose=False, river=None, engine="graph", speculative=False
+        ) as llm:
+            model = llm.river_model
+            assert model.options.river is None and model.river_path is None and model.options.engine == "graph"
+            assert not model.options.progress  # follows verbose
+            assert llm.n_threads == model.n_threads == 1 and llm.context_params.n_ctx == model.n_ctx == N_CTX
+    with pytest.raises(ValueError, match="prefill"):
+        river_cpp.Llama(path, verbose=False, embedding=True, prefill="sideways")  # before any model loads
 
 
 def test_save_and_load_state(llm):
