@@ -4,10 +4,11 @@ OpenAI's chat.completion dict out, or its chunks when streaming."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 from river_cpp.completions.chat_template import ChatTemplate, chat_template
 from river_cpp.completions.shared import (
@@ -207,6 +208,50 @@ def create_chat_completion(
     n, logits_processor, stopping_criteria, the usage block and locking are as in
     create_completion.
     """
+    call = _check_chat_call(model, logprobs, top_logprobs, stream_options, tools, tool_choice, chat_template_source)
+    decoding = call_decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options)
+    one = functools.partial(
+        _one_chat_completion,
+        model,
+        messages,
+        call,
+        stream=stream,
+        max_tokens=max_tokens,
+        cancel=cancel,
+        model_name=model_name,
+        grammar=grammar,
+        response_format=response_format,
+        template_engine="jinja" if chat_template_source is not None else template_engine,
+        hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
+    )
+    if check_n(n) > 1:
+        return n_choices(one, n, decoding, stream)
+    return one(decoding)
+
+
+class _ChatCall(NamedTuple):
+    """A chat call's options that are checked once, for all of its n choices."""
+
+    logprobs: Optional[int]  # the alternatives per token when logprobs=True (0: none), else None
+    include_usage: bool  # a stream's last chunk carries usage
+    tools: Optional[Sequence[Mapping[str, Any]]]  # as given
+    request: Optional[ToolRequest]  # tools and tool_choice, checked
+    template: Optional[ChatTemplate]  # the template rendered, where the call needs it itself
+    syntax: Optional[str]  # the tool-call syntax replies are parsed in (None: no parsing)
+
+
+def _check_chat_call(
+    model,
+    logprobs: object,
+    top_logprobs: object,
+    stream_options: Optional[Mapping[str, Any]],
+    tools: Optional[Sequence[Mapping[str, Any]]],
+    tool_choice: Any,
+    chat_template_source: Optional[str],
+) -> _ChatCall:
+    """ValueError naming a bad logprobs / top_logprobs / stream_options / tools /
+    tool_choice; the checked call otherwise, with the template and tool-call syntax
+    its reply is parsed in."""
     if not isinstance(logprobs, bool):
         raise ValueError(f"logprobs must be a boolean, got {logprobs!r}")
     n_top = check_top_logprobs("top_logprobs", top_logprobs)
@@ -220,63 +265,59 @@ def create_chat_completion(
     syntax = None
     if request is not None and request.parsed:
         syntax = known_call_syntax(template.source) or ("json" if request.constrained else None)
-    decoding = call_decoding(model, "chat", decoding, policy, speculative, sampling, sampling_options)
-    if check_n(n) > 1:
-        one = dict(
-            max_tokens=max_tokens,
-            logprobs=logprobs,
-            top_logprobs=top_logprobs,
-            stream_options=stream_options,
-            cancel=cancel,
-            model_name=model_name,
-            grammar=grammar,
-            response_format=response_format,
-            tools=tools,
-            tool_choice=tool_choice,
-            template_engine=template_engine,
-            logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
-            chat_template_source=chat_template_source,
-        )
-        return n_choices(
-            lambda d: create_chat_completion(model, messages, stream=stream, decoding=d, **one), n, decoding, stream
-        )
+    return _ChatCall((n_top or 0) if logprobs else None, include_usage, tools, request, template, syntax)
+
+
+def _one_chat_completion(
+    model,
+    messages: Sequence[Mapping[str, Any]],
+    call: _ChatCall,
+    decoding: Decoding,
+    *,
+    stream: bool,
+    max_tokens: Optional[int],
+    cancel: Optional[Cancel],
+    model_name: Optional[str],
+    grammar: Any,
+    response_format: Optional[Mapping[str, Any]],
+    template_engine: str,
+    hooks: Mapping[str, Any],
+) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
+    """One choice of a chat call, decoded by `decoding`: its chunks, or its dict."""
+    request = call.request
     prompt = chat_prompt(
         model,
         messages,
         tools=request.tools if request is not None else None,
-        template_engine="jinja" if chat_template_source is not None else template_engine,
-        template=template,
+        template_engine=template_engine,
+        template=call.template,
     )
     generation, run = start(
         model,
         prompt,
         max_tokens=max_tokens,
         decoding=decoding,
-        logprobs=(n_top or 0) if logprobs else None,
-        grammar=_chat_grammar(model, request, syntax, grammar, response_format),
+        logprobs=call.logprobs,
+        grammar=_chat_grammar(model, request, call.syntax, grammar, response_format),
         # a rendered template writes its own BOS where it wants one (llama-cpp-python's rule)
-        add_bos=not renders_template(
-            messages,
-            tools=tools,
-            template_engine="jinja" if chat_template_source is not None else template_engine,
-        ),
-        hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
+        add_bos=not renders_template(messages, tools=call.tools, template_engine=template_engine),
+        hooks=hooks,
     )
     pieces = run_pieces(model, generation, run, cancel)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": served_name(model, model_name)}
+    named = request.named if request is not None else None
+    with_logprobs = call.logprobs is not None
     if stream:
-        named = request.named if request is not None else None
-        return _chat_chunks(model, pieces, run, base, logprobs, include_usage, syntax, named)
+        return _chat_chunks(model, pieces, run, base, with_logprobs, call.include_usage, call.syntax, named)
     for _ in pieces:  # the text is run.text, whole
         pass
     message: dict[str, Any] = {"role": "assistant", "content": run.text}
     finish_reason = run.finish_reason
-    if syntax is not None:
-        content, calls = parse_tool_calls(syntax, run.text, named=request.named if request is not None else None)
+    if call.syntax is not None:
+        content, calls = parse_tool_calls(call.syntax, run.text, named=named)
         if calls:
             message = {"role": "assistant", "content": content, "tool_calls": calls}
-            if syntax == "json":  # llama-cpp-python's forced call also fills the legacy field
+            if call.syntax == "json":  # llama-cpp-python's forced call also fills the legacy field
                 message["function_call"] = dict(calls[0]["function"])
             finish_reason = "tool_calls"
     return {
@@ -286,7 +327,7 @@ def create_chat_completion(
             {
                 "index": 0,
                 "message": message,
-                "logprobs": _chat_logprobs(model, run.chunks) if logprobs else None,
+                "logprobs": _chat_logprobs(model, run.chunks) if with_logprobs else None,
                 "finish_reason": finish_reason,
             }
         ],

@@ -5,6 +5,7 @@ llama-cpp-python gives them."""
 from __future__ import annotations
 
 import codecs
+import functools
 import time
 import uuid
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -113,20 +114,40 @@ def create_completion(
     n_top = check_top_logprobs("logprobs", logprobs)
     include_usage = usage_in_stream(stream_options)
     decoding = call_decoding(model, "completion", decoding, policy, speculative, sampling, sampling_options)
+    one = functools.partial(
+        _one_completion,
+        model,
+        prompt,
+        stream=stream,
+        max_tokens=max_tokens,
+        n_top=n_top,
+        include_usage=include_usage,
+        cancel=cancel,
+        model_name=model_name,
+        grammar=grammar,
+        hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
+    )
     if check_n(n) > 1:
-        one = dict(
-            max_tokens=max_tokens,
-            logprobs=logprobs,
-            stream_options=stream_options,
-            cancel=cancel,
-            model_name=model_name,
-            grammar=grammar,
-            logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
-        )
-        return n_choices(
-            lambda d: create_completion(model, prompt, stream=stream, decoding=d, **one), n, decoding, stream
-        )
+        return n_choices(one, n, decoding, stream)
+    return one(decoding)
+
+
+def _one_completion(
+    model,
+    prompt: Union[str, Sequence[int]],
+    decoding: Decoding,
+    *,
+    stream: bool,
+    max_tokens: Optional[int],
+    n_top: Optional[int],
+    include_usage: bool,
+    cancel: Optional[Cancel],
+    model_name: Optional[str],
+    grammar: Any,
+    hooks: Mapping[str, Any],
+) -> Union[dict[str, Any], Iterator[dict[str, Any]]]:
+    """One choice of a completion call, decoded by `decoding` (its options checked
+    by create_completion): its chunks, or its dict."""
     generation, run = start(
         model,
         prompt,
@@ -134,7 +155,7 @@ def create_completion(
         decoding=decoding,
         logprobs=n_top,
         grammar=request_grammar(model, grammar=grammar),
-        hooks={"logits_processor": logits_processor, "stopping_criteria": stopping_criteria},
+        hooks=hooks,
     )
     pieces = run_pieces(model, generation, run, cancel)
     base = {
