@@ -485,85 +485,131 @@ def speculative_step(
         start = model.n_past  # every token of `history` but the last is in the cache
         if start + 1 >= model.n_ctx:
             return
-
-        began = time.perf_counter()
-        guard.start_round(began)
-        # Tokens the grammar leaves no choice about are taken without a draft or a
-        # forward of their own (each still uses its draw, as in the plain loop); their
-        # K/V and logits come with this round's verify.
-        limit = min(max(spec.max_draft, spec.max_lookup), model.n_ctx - start - 2)
-        forced = _forced_tokens(model, state, limit) if state is not None else []
-        if forced:
-            sampler.skip(len(forced))
-            history += forced
-            for source in sources.values():
-                source.keep(history)
-        base = len(forced)  # verify rows before the first draft's
-        offers, named = {}, {}
-        for name, source in sources.items():
-            most = spec.max_lookup if isinstance(source, LookupDraft) else spec.max_draft
-            available = source.available(history, most)
-            if available:
-                offer = _offer_name(name, source)
-                offers[offer], named[offer] = available, source
-        chosen, k = lengths.choose(model.n_ctx - start - 1 - base, guard.allowed(offers) if spec.adaptive else offers)
-        proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
-        states = None
-        if state is not None:
-            states = _grammar_states(state, proposal.tokens)
-            proposal.keep_first(len(states) - 1)
-        drafts = proposal.tokens
-        drafted_at = time.perf_counter()
-
-        # Verify: the last accepted token (after any forced ones) and the drafts in
-        # one backbone forward.
-        model.rewind(start)
-        verify_logits = model.forward(history[start:] + drafts, route="backbone")
-        n_accepted, after = verify_drafts(
-            drafts,
-            functools.partial(_target, sampler, verify_logits[base:], history, drafts, states),
-            sampler.peek(len(drafts) + 1),
+        tokens, verify_logits, state, dead_end = _round(
+            model, spec, sampler, sources, lengths, guard, stats, history, state, start
         )
-        dead_end = after == _DEAD_END
-        new = drafts[:n_accepted] + ([] if dead_end else [after])
-        sampler.skip(len(new))
-        if states is not None:
-            state = states[n_accepted]
-            if not dead_end:
-                state.accept(after)
-        verified_at = time.perf_counter()
-
-        model.rewind(start + base + len(new))
-        observe_round(
-            lengths,
-            source=chosen,
-            spans=proposal.spans,
-            n_accepted=n_accepted,
-            draft_forwards=proposal.forwards,
-            draft_seconds=drafted_at - began - proposal.catch_up_seconds,
-            verify_seconds=verified_at - drafted_at,
-            unused={
-                offer: (len(source.offer), common_prefix(source.offer, new))
-                for offer, source in named.items()
-                if isinstance(source, LookupDraft)
-            },
-        )
-        stats.rounds += 1
-        stats.drafted += len(drafts)
-        stats.accepted += n_accepted
-        stats.generated += base + len(new)
-        stats.forced += base
-        stats.draft_forwards += proposal.forwards
-        stats.draft_seconds += drafted_at - began
-        stats.catch_up_seconds += proposal.catch_up_seconds
-        stats.verify_seconds += verified_at - drafted_at
-        stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
-        guard.end_round(chosen if drafts else PLAIN, base + len(new), began, len(drafts), n_accepted)
-        stats.guard_rests = guard.rests
-        history += new
-        for source in sources.values():
-            source.keep(history)
-        for j, token in enumerate(forced + new):
+        for j, token in enumerate(tokens):
             yield Step(token, verify_logits[j], n_layer)
         if dead_end:
             raise NoLegalToken("the grammar allows no token here")
+
+
+def _round(
+    model: Backbone,
+    spec: Speculative,
+    sampler: Sampler,
+    sources: Mapping[str, Draft],
+    lengths: DraftLength,
+    guard: RoundGuard,
+    stats: SpeculativeStats,
+    history: list[int],
+    state: Optional[GrammarState],
+    start: int,
+) -> tuple[list[int], np.ndarray, Optional[GrammarState], bool]:
+    """One round of speculative_step after `history` (its last token not yet in the
+    cache, which holds `start` positions): the tokens the grammar forces, drafts from
+    the source and length `lengths` chooses, one backbone forward verifying them, and
+    the tokens kept appended to `history`. Returns those tokens, the verify's logits
+    (row j: the j-th token's), the grammar's state after them, and whether the
+    grammar allows no token next (the generation ends after them)."""
+    began = time.perf_counter()
+    guard.start_round(began)
+    forced, chosen, proposal, states, named = _draft(
+        model, spec, sampler, sources, lengths, guard, history, state, start
+    )
+    base = len(forced)  # verify rows before the first draft's
+    drafts = proposal.tokens
+    drafted_at = time.perf_counter()
+
+    # Verify: the last accepted token (after any forced ones) and the drafts in
+    # one backbone forward.
+    model.rewind(start)
+    verify_logits = model.forward(history[start:] + drafts, route="backbone")
+    n_accepted, after = verify_drafts(
+        drafts,
+        functools.partial(_target, sampler, verify_logits[base:], history, drafts, states),
+        sampler.peek(len(drafts) + 1),
+    )
+    dead_end = after == _DEAD_END
+    new = drafts[:n_accepted] + ([] if dead_end else [after])
+    sampler.skip(len(new))
+    if states is not None:
+        state = states[n_accepted]
+        if not dead_end:
+            state.accept(after)
+    verified_at = time.perf_counter()
+
+    model.rewind(start + base + len(new))
+    observe_round(
+        lengths,
+        source=chosen,
+        spans=proposal.spans,
+        n_accepted=n_accepted,
+        draft_forwards=proposal.forwards,
+        draft_seconds=drafted_at - began - proposal.catch_up_seconds,
+        verify_seconds=verified_at - drafted_at,
+        unused={
+            offer: (len(source.offer), common_prefix(source.offer, new))
+            for offer, source in named.items()
+            if isinstance(source, LookupDraft)
+        },
+    )
+    stats.rounds += 1
+    stats.drafted += len(drafts)
+    stats.accepted += n_accepted
+    stats.generated += base + len(new)
+    stats.forced += base
+    stats.draft_forwards += proposal.forwards
+    stats.draft_seconds += drafted_at - began
+    stats.catch_up_seconds += proposal.catch_up_seconds
+    stats.verify_seconds += verified_at - drafted_at
+    stats.count(chosen if drafts else PLAIN, proposal.spans, n_accepted)
+    guard.end_round(chosen if drafts else PLAIN, base + len(new), began, len(drafts), n_accepted)
+    stats.guard_rests = guard.rests
+    history += new
+    for source in sources.values():
+        source.keep(history)
+    return forced + new, verify_logits, state, dead_end
+
+
+def _draft(
+    model: Backbone,
+    spec: Speculative,
+    sampler: Sampler,
+    sources: Mapping[str, Draft],
+    lengths: DraftLength,
+    guard: RoundGuard,
+    history: list[int],
+    state: Optional[GrammarState],
+    start: int,
+) -> tuple[list[int], str, Proposal, Optional[list[GrammarState]], dict[str, Draft]]:
+    """A round's tokens to verify after `history`: the tokens the grammar forces (taken
+    into `history`), then drafts from the source and length `lengths` chooses among
+    those with a draft now (cut where the grammar forbids one). Returns the forced
+    tokens, the source chosen, its proposal, the grammar's states before each draft
+    and after the last (None without a grammar) and the sources by offer name."""
+    # Tokens the grammar leaves no choice about are taken without a draft or a
+    # forward of their own (each still uses its draw, as in the plain loop); their
+    # K/V and logits come with this round's verify.
+    limit = min(max(spec.max_draft, spec.max_lookup), model.n_ctx - start - 2)
+    forced = _forced_tokens(model, state, limit) if state is not None else []
+    if forced:
+        sampler.skip(len(forced))
+        history += forced
+        for source in sources.values():
+            source.keep(history)
+    offers, named = {}, {}
+    for name, source in sources.items():
+        most = spec.max_lookup if isinstance(source, LookupDraft) else spec.max_draft
+        available = source.available(history, most)
+        if available:
+            offer = _offer_name(name, source)
+            offers[offer], named[offer] = available, source
+    room = model.n_ctx - start - 1 - len(forced)
+    chosen, k = lengths.choose(room, guard.allowed(offers) if spec.adaptive else offers)
+    proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
+    states = None
+    if state is not None:
+        states = _grammar_states(state, proposal.tokens)
+        proposal.keep_first(len(states) - 1)
+    return forced, chosen, proposal, states, named
