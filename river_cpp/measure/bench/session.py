@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import statistics
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from river_cpp.measure.bench.report import RIVER_ENGINE, TG_CONTEXT, BenchReport, BenchRow
 from river_cpp.measure.bench.rss import probe_peak_rss
-from river_cpp.measure.bench.runners import DEFAULT_PEERS, Runner, Work, _targets, bench_tokens, open_runner
+from river_cpp.measure.bench.runners import DEFAULT_PEERS, Runner, Target, Work, _targets, bench_tokens, open_runner
 from river_cpp.measure.configs import RiverConfig
 
 
@@ -65,18 +65,7 @@ def measure(
             runners.append(
                 open_runner(target, n_ctx=n_ctx, n_threads=n_threads, progress=progress, n_gpu_layers=n_gpu_layers)
             )
-        samples: dict[tuple[str, str], list[float]] = {(t.name, kind): [] for t in targets for kind, _ in tests}
-        exits: dict[tuple[str, str], Optional[float]] = {}
-        schedule = [(None, runner, kind) for runner in runners for kind, _ in tests]  # None: warm-up
-        schedule += [(rep, runner, kind) for rep in range(repeats) for runner in runners for kind, _ in tests]
-        with tqdm(schedule, desc="bench", unit="run", disable=not progress) as bar:
-            for rep, runner, kind in bar:
-                bar.set_postfix_str(f"{runner.target.name} {kind}" + (" warm-up" if rep is None else ""))
-                tok_s, mean_exit = runner.run(kind, work)
-                if rep is None:
-                    exits[(runner.target.name, kind)] = mean_exit
-                else:
-                    samples[(runner.target.name, kind)].append(tok_s)
+        samples, exits = _time_interleaved(runners, [kind for kind, _ in tests], work, repeats, progress=progress)
         sizes = {runner.target.name: runner.size_bytes() for runner in runners}
         n_layer = next((r.model.n_layer for r in runners if r.target.engine == RIVER_ENGINE), None)
     finally:
@@ -87,27 +76,7 @@ def measure(
     peaks: dict[str, Optional[int]] = {t.name: None for t in targets}
     baseline: Optional[int] = None
     if memory:
-        baselines = []
-        for target in tqdm(targets, desc="peak RSS", unit="process", disable=not progress):
-            baseline_bytes, peaks[target.name] = probe_peak_rss(target, n_ctx=n_ctx, n_threads=n_threads, work=work)
-            baselines.append(baseline_bytes)
-        baseline = int(statistics.median(baselines))
-
-    counts = dict(tests)
-    rows = [
-        BenchRow(
-            config=t.name,
-            engine=t.engine,
-            test=f"{kind}{counts[kind]}",
-            n_tokens=counts[kind],
-            size_bytes=sizes[t.name],
-            samples=tuple(samples[(t.name, kind)]),
-            mean_exit_layer=exits[(t.name, kind)],
-            peak_rss_bytes=peaks[t.name],
-        )
-        for t in targets
-        for kind, _ in tests
-    ]
+        peaks, baseline = _peak_rss(targets, n_ctx=n_ctx, n_threads=n_threads, work=work, progress=progress)
     return BenchReport(
         model=str(backbone),
         n_prompt=n_prompt,
@@ -115,12 +84,76 @@ def measure(
         repetitions=repeats,
         n_threads=n_threads,
         n_ctx=n_ctx,
-        rows=rows,
+        rows=_rows(targets, tests, sizes, samples, exits, peaks),
         n_layer=n_layer,
         load_average=load_average,
         rss_baseline_bytes=baseline,
         versions=_versions(),
     )
+
+
+def _time_interleaved(
+    runners: Sequence[Runner], kinds: Sequence[str], work: Work, repeats: int, *, progress: bool
+) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], Optional[float]]]:
+    """Every runner's tests (`kinds`: "pp", "tg") once to warm up, then `repeats` times,
+    each repetition going through every runner in turn, so that a machine's drift
+    (heat, other load) falls on all of them alike. Returns the timed tokens/s by
+    (target, test) and the warm-up's mean exit layer by (target, test)."""
+    from tqdm import tqdm
+
+    samples: dict[tuple[str, str], list[float]] = {(r.target.name, kind): [] for r in runners for kind in kinds}
+    exits: dict[tuple[str, str], Optional[float]] = {}
+    schedule = [(None, runner, kind) for runner in runners for kind in kinds]  # None: warm-up
+    schedule += [(rep, runner, kind) for rep in range(repeats) for runner in runners for kind in kinds]
+    with tqdm(schedule, desc="bench", unit="run", disable=not progress) as bar:
+        for rep, runner, kind in bar:
+            bar.set_postfix_str(f"{runner.target.name} {kind}" + (" warm-up" if rep is None else ""))
+            tok_s, mean_exit = runner.run(kind, work)
+            if rep is None:
+                exits[(runner.target.name, kind)] = mean_exit
+            else:
+                samples[(runner.target.name, kind)].append(tok_s)
+    return samples, exits
+
+
+def _peak_rss(
+    targets: Sequence[Target], *, n_ctx: int, n_threads: int, work: Work, progress: bool
+) -> tuple[dict[str, Optional[int]], int]:
+    """Each target's peak RSS running `work` in a fresh process, and the median of
+    those processes' RSS high-water marks before loading (the interpreter's own)."""
+    from tqdm import tqdm
+
+    peaks: dict[str, Optional[int]] = {}
+    baselines = []
+    for target in tqdm(targets, desc="peak RSS", unit="process", disable=not progress):
+        baseline_bytes, peaks[target.name] = probe_peak_rss(target, n_ctx=n_ctx, n_threads=n_threads, work=work)
+        baselines.append(baseline_bytes)
+    return peaks, int(statistics.median(baselines))
+
+
+def _rows(
+    targets: Sequence[Target],
+    tests: Sequence[tuple[str, int]],
+    sizes: Mapping[str, int],
+    samples: Mapping[tuple[str, str], Sequence[float]],
+    exits: Mapping[tuple[str, str], Optional[float]],
+    peaks: Mapping[str, Optional[int]],
+) -> list[BenchRow]:
+    """A row per target and test (`tests`: ("pp" or "tg", its token count))."""
+    return [
+        BenchRow(
+            config=t.name,
+            engine=t.engine,
+            test=f"{kind}{count}",
+            n_tokens=count,
+            size_bytes=sizes[t.name],
+            samples=tuple(samples[(t.name, kind)]),
+            mean_exit_layer=exits[(t.name, kind)],
+            peak_rss_bytes=peaks[t.name],
+        )
+        for t in targets
+        for kind, count in tests
+    ]
 
 
 def _count(name: str, value: object, *, minimum: int = 0) -> int:
