@@ -503,3 +503,21 @@ def tiny_tools_llama(tmp_path_factory, tokenizer_fields) -> Path:
     fields = [f for f in tokenizer_fields if f.name != gguf.Keys.Tokenizer.CHAT_TEMPLATE]
     path = tmp_path_factory.mktemp("tiny_tools") / "tiny_tools_llama.gguf"
     return write_tiny_gguf(path, [*fields, _TemplateField(HERMES_TEMPLATE)], seed=4)
+
+
+# ---------------------------------------------------------------- the server's worker
+
+
+def _stand_in_answer(model, prompt, **options):
+    return model.create_completion(prompt, **options)
+
+
+@pytest.fixture
+def stand_in_completions(monkeypatch):
+    """The server's worker calls the completions code on its model; with this, a
+    stand-in model (no engine, tests/apps/server) answers through its own
+    create_completion instead."""
+    from river_cpp.apps.server import worker
+
+    monkeypatch.setattr(worker, "create_completion", _stand_in_answer)
+    monkeypatch.setattr(worker, "create_chat_completion", _stand_in_answer)

@@ -45,6 +45,8 @@ def choose_backbone(path: Union[str, os.PathLike], engine: str = "auto") -> Back
         arch = str(read_gguf_info(path).arch)
     except (KeyError, ValueError, OSError, _core.RiverError):
         arch = "?"  # a header the graph's loader describes in its own error
+    if "\ufffd" in arch or not arch.isprintable():
+        arch = "?"  # bytes that are no name (a damaged header): the graph's loader shows them escaped
     if engine == GRAPH:
         return BackboneChoice(GRAPH, arch, "asked for (engine='graph')")
     if engine == LLAMA_CPP:

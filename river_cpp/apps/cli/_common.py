@@ -184,7 +184,7 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         choices=[*DRAFTS, "none"],
         default=None,
         help="what drafts, when the decode drafts (the lossless preset, --speculative): n-gram matches "
-        "from the context and the river, each round the one that pays (river+ngram, the default; ngram "
+        "from the context and the river, each round the one that is fastest here (river+ngram, the default; ngram "
         "without a river), one of them; or none: plain decoding",
     )
     group.add_argument(
