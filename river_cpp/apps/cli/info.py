@@ -31,8 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--retime",
         action="store_true",
-        help="with MODEL: time the backbone (and any river whose bytes promise a speed-up) again instead of reading the "
-        "cached timings, on a machine that is otherwise idle",
+        help="with MODEL: time the backbone (and any river whose bytes promise a speed-up) again instead of "
+        "reading the cached timings, on a machine that is otherwise idle",
     )
     p.set_defaults(run=run)
 
