@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
-from river_cpp.decoding.speculative import DEFAULT_P_MIN, DRAFTS
+from river_cpp.decoding.speculative_options import DEFAULT_P_MIN, DRAFTS
 
 from river_bench import draft_replay, options
 

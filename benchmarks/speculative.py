@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
-from river_cpp.decoding.speculative import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DRAFTS
+from river_cpp.decoding.speculative_options import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DRAFTS
 from river_cpp.engine.river import DEFAULT_RIVER_TYPE
 
 from river_bench import lossless, options

@@ -38,8 +38,8 @@ _EXPORTS = {
     "RiverError": "river_cpp.engine._core",
     "RiverModel": "river_cpp.model",
     "SamplingParams": "river_cpp.decoding.sampling",
-    "Speculative": "river_cpp.decoding.speculative",
-    "SpeculativeStats": "river_cpp.decoding.speculative",
+    "Speculative": "river_cpp.decoding.speculative_options",
+    "SpeculativeStats": "river_cpp.decoding.speculative_stats",
     "system_info": "river_cpp.apps.info",
     "patch_llama_cpp": "river_cpp.apps.patch",
 }
@@ -83,7 +83,8 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from river_cpp.decoding.exit_stats import ExitStats
     from river_cpp.decoding.generation import GenerationChunk, GenerationResult
     from river_cpp.decoding.sampling import SamplingParams
-    from river_cpp.decoding.speculative import Speculative, SpeculativeStats
+    from river_cpp.decoding.speculative_options import Speculative
+    from river_cpp.decoding.speculative_stats import SpeculativeStats
     from river_cpp.engine._core import RiverError
     from river_cpp.engine.context import ContextOverflowError
     from river_cpp.engine.load_options import LoadOptions

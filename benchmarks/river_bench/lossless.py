@@ -34,8 +34,10 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.decoding.speculative import DEFAULT_DRAFT_VOCAB, DEFAULT_MAX_DRAFT, Speculative, draft_length_for
+from river_cpp.decoding.speculative import draft_length_for
+from river_cpp.decoding.speculative_options import DEFAULT_DRAFT_VOCAB, Speculative
 from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
 from river_cpp.engine.weight_bytes import WeightBytes
 from river_cpp.measure.ladder import rung_path
 from river_cpp.model import RiverModel

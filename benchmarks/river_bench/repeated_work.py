@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from river_cpp.decoding.speculative import DEFAULT_MAX_DRAFT, Speculative
+from river_cpp.decoding.speculative_options import Speculative
+from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
 
 DATA = Path(__file__).resolve().parent / "data" / "repeated_work"
 SETS = ("extraction", "edits", "chat")

@@ -6,7 +6,8 @@
 - sampling: SamplingParams and the sampler (llama.cpp's stage order);
 - grammar: llama.cpp's grammar engine, for constrained decoding;
 - presets: the named River setups;
-- speculative: drafts verified by the backbone (the round loop, its statistics);
+- speculative: drafts verified by the backbone (the round loop); speculative_options
+  (Speculative, how a call drafts), speculative_stats (what a drafted generation did);
 - drafts, ngram: the draft sources behind one interface, the n-gram index;
 - draft_memory, draft_corpus, suffix_index: drafts from earlier calls and from a
   corpus, over one index of where a context's last tokens occurred;

@@ -18,19 +18,16 @@ This module is the second implementation of generation's token loop
 from __future__ import annotations
 
 import functools
-import numbers
 import time
 import weakref
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from river_cpp.decoding.acceptance import Distribution, verify_drafts
-from river_cpp.decoding.draft_guard import ALL, RoundGuard, RoundTimes
-from river_cpp.decoding.draft_length import PLAIN, DraftLength, drafts_by_source
-from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS, memory_of
+from river_cpp.decoding.draft_guard import RoundGuard
+from river_cpp.decoding.draft_length import PLAIN, DraftLength
+from river_cpp.decoding.draft_memory import memory_of
 from river_cpp.decoding.drafts import (
     Draft,
     LookupDraft,
@@ -43,234 +40,13 @@ from river_cpp.decoding.drafts import (
     recall_source,
 )
 from river_cpp.decoding.grammar import Grammar, GrammarState
-from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
 from river_cpp.decoding.sampling import NoLegalToken, Sampler
+from river_cpp.decoding.speculative_options import RECALL_MIN_MATCH, Speculative
+from river_cpp.decoding.speculative_stats import SpeculativeStats
 from river_cpp.decoding.steps import Step, prefill
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
 from river_cpp.engine.backbone import Backbone, common_prefix
 from river_cpp.engine.policy import ExitPolicy
-from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
-
-# A lookup's draft (an n-gram match, the memory, a corpus) costs nothing to propose,
-# so only the verify bounds it. Where the output copies its input, 8-token rounds
-# capped it: verifying n positions grows ~0.25-0.3 of a step per position on the
-# 1.5B Q4_K_M (2 threads), so 9 tokens a round could never beat 2.8x a step. On its
-# recorded input-grounded answers, the bound of drafting only the kept tokens went
-# from 1.80x with rounds of 8 to 2.00x with 24, the controller's replay from 1.49x to
-# 1.58x, and live from 1.57x to 1.84x (docs/results.md, "Longer lookups").
-DEFAULT_MAX_LOOKUP = 24
-# A river or model draft ends its round after a token it is unsure of (docs/results.md:
-# in replays 0.5 helped every trace but the 0.5B's input-grounded one, -3%).
-DEFAULT_P_MIN = 0.5
-# None: the river drafts from the whole vocabulary. A prefix pays less than it costs
-# on Qwen2.5-Coder-0.5B (docs/results.md): its first 32768 ids skip 78% of the head
-# (a quarter of the draft's bytes) but cover only 96% of HumanEval's tokens, and each
-# token outside ends a round; at a fixed 4-token draft, acceptance fell from 0.93 to
-# 0.79 (32768) and 0.87 (65536) for a 5-20% cheaper draft.
-DEFAULT_DRAFT_VOCAB: Optional[int] = None
-# The named drafts: the river alone, n-gram matches alone, or both (the portfolio:
-# each round the source the running statistics favour).
-DRAFTS = ("river+ngram", "river", "ngram")
-DEFAULT_DRAFT = "river+ngram"
-# Matches outside the context (earlier calls, a corpus) shorter than this are not
-# offered: two tokens of code recur everywhere with different continuations.
-RECALL_MIN_MATCH = 2
-
-
-@dataclass(frozen=True)
-class Speculative:
-    """How to draft: which draft, at most how many tokens a round, when to stop early.
-
-    draft: "river+ngram" (default: each round, an n-gram match from the context or
-        the river, whichever the running statistics favour, or neither), "river"
-        (every layer on the river, sharing the backbone's cache), "ngram" (only
-        matches from the context: needs no river), an ExitPolicy (River's own exits
-        drafting, on the same cache), or another Backbone with the same
-        vocabulary and its own cache (a smaller GGUF: classic speculative decoding).
-    max_draft: most tokens a river or model draft proposes per round.
-    max_lookup: most tokens a lookup (an n-gram match, the memory, a corpus)
-        proposes per round: free to propose, so longer than max_draft by default.
-    p_min: end a river or model draft's round after a token whose own top
-        probability is below this (the token is still verified; 0: draft the chosen
-        length). The adaptive length then gives such rounds the length that pays at
-        full acceptance, as the tokens it drafts past an unsure one are sure ones.
-    adaptive: choose each round's source and length from the running acceptance and
-        the measured costs of drafting and verifying (plain decoding when no draft
-        pays); False always drafts max_draft (or until p_min ends it, or the match's end).
-    draft_vocab: a river draft proposes only token ids below this (its head scores
-        no others); None: the whole vocabulary. The output stays the backbone's
-        either way: a token the draft cannot propose is the backbone's own next
-        token after a rejection.
-    ngram_min, ngram_max: the n-gram sizes matched in the context (longest first).
-    memory: with n-gram drafts, also draft from the model's memory of earlier calls
-        (their prompts and outputs; river_cpp.decoding.draft_memory), and remember
-        this call there. The memory is the model object's own.
-    memory_tokens: the memory's capacity in tokens (least recently used go first).
-    corpus: with n-gram drafts, also draft from these files and folders (a project's
-        code, text; river_cpp.decoding.draft_corpus): indexed once, cached on disk by
-        content, memory-mapped.
-    """
-
-    draft: Union[str, ExitPolicy, Backbone] = DEFAULT_DRAFT
-    max_draft: int = DEFAULT_MAX_DRAFT
-    max_lookup: int = DEFAULT_MAX_LOOKUP
-    p_min: float = DEFAULT_P_MIN
-    adaptive: bool = True
-    draft_vocab: Optional[int] = DEFAULT_DRAFT_VOCAB
-    ngram_min: int = DEFAULT_NGRAM_MIN
-    ngram_max: int = DEFAULT_NGRAM_MAX
-    memory: bool = True
-    memory_tokens: int = DEFAULT_MEMORY_TOKENS
-    corpus: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.draft, str) and self.draft not in DRAFTS:
-            raise ValueError(f"draft must be one of {', '.join(DRAFTS)}, an ExitPolicy or a model, got {self.draft!r}")
-        _check_int("max_draft", self.max_draft, 1, 64)
-        _check_int("max_lookup", self.max_lookup, 1, 64)
-        if isinstance(self.p_min, bool) or not isinstance(self.p_min, numbers.Real) or not 0.0 <= self.p_min < 1.0:
-            raise ValueError(f"p_min must be a number in [0, 1), got {self.p_min!r}")
-        if self.draft_vocab is not None:
-            _check_int("draft_vocab", self.draft_vocab, 1, None)
-        _check_int("ngram_min", self.ngram_min, 1, 16)
-        _check_int("ngram_max", self.ngram_max, self.ngram_min, 16)
-        if not isinstance(self.memory, bool):
-            raise ValueError(f"memory must be True or False, got {self.memory!r}")
-        _check_int("memory_tokens", self.memory_tokens, 1, None)
-        object.__setattr__(self, "corpus", _corpus_paths(self.corpus))
-
-    @property
-    def uses_river(self) -> bool:
-        """Whether this draft runs the model's river."""
-        return isinstance(self.draft, ExitPolicy) or self.draft in ("river", "river+ngram")
-
-    @property
-    def uses_ngrams(self) -> bool:
-        return self.draft in ("ngram", "river+ngram")
-
-
-def _corpus_paths(corpus: object) -> tuple[str, ...]:
-    """`corpus` (one path or a sequence of them) as a tuple of path strings."""
-    if isinstance(corpus, (str, Path)):
-        corpus = (corpus,)
-    if not isinstance(corpus, (tuple, list)) or not all(isinstance(p, (str, Path)) and str(p) for p in corpus):
-        raise ValueError(f"corpus must be a path or a sequence of paths, got {corpus!r}")
-    return tuple(str(p) for p in corpus)
-
-
-def _check_int(name: str, value: object, low: int, high: Optional[int]) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        span = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer {span}, got {value!r}")
-
-
-@dataclass
-class SourceStats:
-    """Counts of one draft source in one generation."""
-
-    rounds: int = 0  # rounds it was chosen for (a river round's copied matches count under their n-gram)
-    drafted: int = 0  # tokens it proposed, in rounds of its own or copied into the river's
-    accepted: int = 0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-
-@dataclass
-class SpeculativeStats:
-    """Counts of one speculative generation."""
-
-    rounds: int = 0  # backbone verify forwards
-    drafted: int = 0  # tokens the drafts proposed
-    accepted: int = 0  # drafted tokens the backbone kept
-    generated: int = 0  # tokens the rounds produced (accepted + the backbone's own + forced)
-    forced: int = 0  # tokens a grammar allowed alone: taken without a draft or a forward of their own
-    draft_forwards: int = 0  # single-token forwards of a river or model draft
-    draft_seconds: float = 0.0  # spent drafting (forwards, lookups and choosing the drafted tokens)
-    catch_up_seconds: float = 0.0  # of draft_seconds, a separate draft's catching its cache up (Proposal)
-    verify_seconds: float = 0.0  # spent verifying (the backbone's forwards and the comparisons)
-    by_source: dict[str, SourceStats] = field(default_factory=dict)  # "river", "ngram1".., "memory2".., "plain"
-    memory_tokens: int = 0  # tokens in the model's memory of earlier calls as this one began
-    memory_capacity: int = 0  # ... and its capacity (0: no memory drafted)
-    corpus_tokens: int = 0  # tokens in the corpus index (0: none)
-    guard_rests: int = 0  # times the round guard rested a source whose rounds lost to plain (RoundGuard)
-    guard_rested: set[str] = field(default_factory=set)  # the sources it rested (ALL: drafting as a whole)
-    round_times: RoundTimes = field(default_factory=RoundTimes)  # whole rounds, plain and drafted, as it timed them
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Share of drafted tokens kept (0 when nothing was drafted)."""
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_round(self) -> float:
-        """Tokens produced per backbone forward (1.0 is plain decoding)."""
-        return self.generated / self.rounds if self.rounds else 0.0
-
-    def summary(self) -> str:
-        """One line: what was drafted and kept, by source, in words a first run reads."""
-        sources = ", ".join(
-            f"{'plain (no draft)' if name == PLAIN else name} {s.rounds} round{'' if s.rounds == 1 else 's'}"
-            + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% kept)" if s.drafted else "")
-            for name, s in sorted(self.by_source.items())
-        )
-        indexes = []
-        if self.memory_capacity:
-            indexes.append(f"memory of earlier calls {self.memory_tokens:,} of {self.memory_capacity:,} tokens")
-        if self.corpus_tokens:
-            indexes.append(f"corpus {self.corpus_tokens:,} tokens")
-        return (
-            f"speculative: {self.drafted} drafted, {self.accepted} kept "
-            f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per backbone forward"
-            + (f"; {sources}" if sources else "")
-            + (f"; {_paused_drafts(self.guard_rested)}" if self.guard_rested else "")
-            + (f"; {', '.join(indexes)}" if indexes else "")
-        )
-
-    def speed_summary(self) -> Optional[str]:
-        """One line: this request's speed against plain decoding, estimated from its own
-        rounds (RoundTimes.speedup); None where no round drafted."""
-        times = self.round_times
-        if times.drafted_tokens == 0:
-            return None
-        speedup = times.speedup()
-        if speedup is None:
-            return (
-                f"speed: not estimated against plain decoding (fewer than {times.MIN_PLAIN_ROUNDS} steps of this "
-                "answer were decoded plain to compare with)"
-            )
-        plain_rate = times.plain_tokens / times.plain_seconds
-        drafted_rate = times.drafted_tokens / times.drafted_seconds
-        return (
-            f"speed: about {speedup:.2f}x plain decoding (an estimate from this answer's own steps: those "
-            f"decoded plain ran at {plain_rate:.1f} tokens/s, those with drafts at {drafted_rate:.1f} tokens/s)"
-        )
-
-    def count(self, source: str, spans: Sequence[tuple[str, int]], n_accepted: int) -> None:
-        """One round that `source` chose (PLAIN: none), whose drafts came in `spans`."""
-        self.by_source.setdefault(source, SourceStats()).rounds += 1
-        for name, count in spans:
-            self.by_source.setdefault(name, SourceStats()).drafted += count
-        for name, (_, accepted) in drafts_by_source(spans, n_accepted).items():
-            self.by_source[name].accepted += accepted
-
-
-def _paused_drafts(rested: set[str]) -> str:
-    """Which drafts the round guard paused, in words a first run reads (it names its
-    sources by kind and match length, "ngram3", "memory4", and ALL: drafting as a whole)."""
-    kinds = {"ngram": "n-gram drafts", "copy": "n-gram drafts", "memory": "drafts from earlier calls"}
-    kinds.update(corpus="drafts from the corpus", river="river drafts", model="the draft model's drafts")
-    named = sorted({next((v for k, v in kinds.items() if name.startswith(k)), name) for name in rested - {ALL}})
-    if ALL in rested:
-        named.append("all drafts")
-    return f"{' and '.join(named)} paused for a while: they were slower than plain decoding here"
-
 
 # ---------------------------------------------------------------- sources
 

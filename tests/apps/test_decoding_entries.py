@@ -25,7 +25,7 @@ from river_cpp.apps.server.protocol import APIError, parse_request
 from river_cpp.decoding.decision import SAMPLING_DEFAULTS
 from river_cpp.decoding.presets import PRESETS
 from river_cpp.decoding.sampling import SamplingParams
-from river_cpp.decoding.speculative import DRAFTS, Speculative
+from river_cpp.decoding.speculative_options import DRAFTS, Speculative
 from river_cpp.engine.policy import ExitPolicy
 
 TAU, EXIT_LAYER = 0.95, 1

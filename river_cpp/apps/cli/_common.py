@@ -164,13 +164,13 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
     """--speculative, --draft and the draft's options (generate, chat, serve, eval, humaneval)."""
     from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS
     from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
-    from river_cpp.decoding.speculative import (
+    from river_cpp.decoding.speculative_options import (
         DEFAULT_DRAFT_VOCAB,
-        DEFAULT_MAX_DRAFT,
         DEFAULT_MAX_LOOKUP,
         DEFAULT_P_MIN,
         DRAFTS,
     )
+    from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
 
     group = p.add_argument_group("lossless decoding (drafts verified by the backbone)")
     group.add_argument(
