@@ -95,92 +95,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tqdm import tqdm
-
-    from river_cpp.engine._ggml import set_ggml_verbosity
     from river_cpp.engine.llama_backbone import extra_bufts_note
-    from river_cpp.engine.tokenizer import Tokenizer
     from river_cpp.measure import comparison as cmp
-    from river_cpp.measure.bench import DEFAULT_PEERS, BenchReport, measure
-    from river_cpp.measure.corpus import load_corpus, token_chunks
+    from river_cpp.measure.bench import BenchReport
     from river_cpp.measure.pareto import plot_pareto, speed_ratios
 
-    for option in (args.json, args.plot):  # found out before the run, not after it
-        if option and not Path(option).parent.is_dir():
-            raise FileNotFoundError(f"no folder for {option}")
-    if args.plot:
-        try:  # fail now, not after the run
-            import matplotlib  # noqa: F401
-        except ImportError as error:
-            raise ValueError("--plot needs matplotlib: pip install 'river-cpp[plot]'") from error
-    for name in ("tokens", "prefix", "forced", "prompts", "generate"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be a positive integer")
+    _check_options(args)
     bench = BenchReport.load(args.bench) if args.bench else None
     if args.from_json:
         if args.measure_speed:
             raise ValueError("--from-json plots saved results: give their speeds with --bench")
-        result = cmp.Comparison.load(args.from_json)
+        result, measured_peers = cmp.Comparison.load(args.from_json), False
     else:
-        path = Path(model_path(args.model))
-        documents = load_corpus(args.corpus)
-        set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
-        tokenizer = Tokenizer(str(path))
-        try:
-            n_chunks = -(-args.tokens // args.forced)
-            chunks = token_chunks(tokenizer, documents, length=args.prefix + args.forced + 1, n_chunks=n_chunks)
-            prompts = cmp.divergence_prompts(tokenizer, documents, chunks, prefix=args.prefix, n_prompts=args.prompts)
-        finally:
-            tokenizer.close()
-        work = cmp.Workload(chunks, args.prefix, prompts, args.generate)
-        entries = cmp.plan(
-            n_layer(path),
-            taus=args.tau,
-            signal_taus=args.signal_taus,
-            river=args.river,
-            min_layer=args.min_layer,
-            variant_tau=args.variant_tau,
-            variants=[v.lower() for v in choices(args.variants, cmp.VARIANTS)],
-        )
-        ladder = [rung.upper() for rung in choices(args.ladder, DEFAULT_PEERS)]
-
-        def progress(items, desc):
-            return tqdm(items, desc=desc, leave=False)
-
-        def on_row(row: cmp.Row) -> None:
-            tqdm.write(row.quality.block(row.name) + "\n")
-
-        result = cmp.run_comparison(
-            path,
-            entries,
-            work,
-            ladder=ladder,
-            n_threads=args.threads,
-            speculative=measured_draft(args, n_layer=n_layer(path)),
-            seed=args.seed,
-            progress=progress,
-            on_row=on_row,
-            corpus=sorted({d.source for d in documents}),
-        )
-        if args.json:
-            result.save(args.json)
-            print(f"river-cpp: wrote {args.json}", file=sys.stderr)
-        if args.measure_speed:
-            bench = measure(
-                path,
-                [e.config for e in entries],
-                ladder,
-                n_prompt=0,
-                n_gen=128,
-                repeats=3,
-                n_threads=args.threads,
-                memory=False,
-            )
-            print(bench.table())
+        result, speeds, measured_peers = _compare(args)
+        bench = speeds or bench
     print(result.table())
-    note = None if args.from_json or not (ladder or args.measure_speed) else extra_bufts_note()
+    note = extra_bufts_note() if measured_peers else None
     if note:
         print(f"note: {note}")
     print()
@@ -189,3 +119,76 @@ def run(args: argparse.Namespace) -> int:
         plot_pareto(result, args.plot, speeds=speed_ratios(bench) if bench else None)
         print(f"river-cpp: wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """What would fail after the run, found out before it."""
+    from pathlib import Path
+
+    for option in (args.json, args.plot):
+        if option and not Path(option).parent.is_dir():
+            raise FileNotFoundError(f"no folder for {option}")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as error:
+            raise ValueError("--plot needs matplotlib: pip install 'river-cpp[plot]'") from error
+    for name in ("tokens", "prefix", "forced", "prompts", "generate"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be a positive integer")
+
+
+def _compare(args: argparse.Namespace):
+    """Run the comparison the options describe: (its Comparison, the speed report of
+    --measure-speed or None, whether llama.cpp's quantizations or speeds were measured)."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from river_cpp.engine._ggml import set_ggml_verbosity
+    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.measure import comparison as cmp
+    from river_cpp.measure.bench import DEFAULT_PEERS, measure
+    from river_cpp.measure.corpus import load_corpus, token_chunks
+
+    path = Path(model_path(args.model))
+    documents = load_corpus(args.corpus)
+    set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise
+    tokenizer = Tokenizer(str(path))
+    try:
+        n_chunks = -(-args.tokens // args.forced)
+        chunks = token_chunks(tokenizer, documents, length=args.prefix + args.forced + 1, n_chunks=n_chunks)
+        prompts = cmp.divergence_prompts(tokenizer, documents, chunks, prefix=args.prefix, n_prompts=args.prompts)
+    finally:
+        tokenizer.close()
+    entries = cmp.plan(
+        n_layer(path),
+        taus=args.tau,
+        signal_taus=args.signal_taus,
+        river=args.river,
+        min_layer=args.min_layer,
+        variant_tau=args.variant_tau,
+        variants=[v.lower() for v in choices(args.variants, cmp.VARIANTS)],
+    )
+    ladder = [rung.upper() for rung in choices(args.ladder, DEFAULT_PEERS)]
+    result = cmp.run_comparison(
+        path,
+        entries,
+        cmp.Workload(chunks, args.prefix, prompts, args.generate),
+        ladder=ladder,
+        n_threads=args.threads,
+        speculative=measured_draft(args, n_layer=n_layer(path)),
+        seed=args.seed,
+        progress=lambda items, desc: tqdm(items, desc=desc, leave=False),
+        on_row=lambda row: tqdm.write(row.quality.block(row.name) + "\n"),
+        corpus=sorted({d.source for d in documents}),
+    )
+    if args.json:
+        result.save(args.json)
+        print(f"river-cpp: wrote {args.json}", file=sys.stderr)
+    speeds = None
+    if args.measure_speed:
+        configs = [e.config for e in entries]
+        speeds = measure(path, configs, ladder, n_prompt=0, n_gen=128, repeats=3, n_threads=args.threads, memory=False)
+        print(speeds.table())
+    return result, speeds, bool(ladder or args.measure_speed)
