@@ -256,7 +256,7 @@ PYBIND11_MODULE(_core, m) {
     py::class_<river::Engine>(m, "Engine")
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
                          std::vector<std::string> cpu_extra_bufts, bool reuse_graphs, const std::string & exact,
-                         int64_t exact_rows) {
+                         int64_t exact_rows, std::vector<std::string> own_types, const std::string & own_kernels) {
                  river::EngineParams params;
                  params.reuse_graphs = reuse_graphs;
                  params.exact = exact_mode(exact);
@@ -266,11 +266,14 @@ PYBIND11_MODULE(_core, m) {
                  params.n_threads = n_threads;
                  params.use_mmap = use_mmap;
                  params.cpu_extra_bufts = std::move(cpu_extra_bufts);
+                 params.own_types = std::move(own_types);
+                 params.own_kernels = own_kernels;
                  return std::make_unique<river::Engine>(path, params);
              }),
              py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true,
              py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true,
-             py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows)
+             py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows,
+             py::arg("own_types") = std::vector<std::string>{}, py::arg("own_kernels") = "auto")
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
              py::arg("prompt") = false,
              "Append ids and return their logits; tokens leave the backbone as `exit` (an ExitConfig) says, "
@@ -300,6 +303,12 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("placement", [](const river::Engine & e) { return parts_dict(e.placement()); })
         .def_property_readonly("repacked_tensors", &river::Engine::repacked_tensors)
         .def_property_readonly("repacked_by_buffer_type", &river::Engine::repacked_by_buffer_type)
+        .def_property_readonly("own_products",
+                               [](const river::Engine & e) { return e.own_matrices().counts(); },
+                               "How many matrices our own products multiply, by weight type.")
+        .def_property_readonly("own_kernels",
+                               [](const river::Engine & e) { return e.own_matrices().kernels_name(); },
+                               "The kernels our own products run on ('' where no matrix takes them).")
         .def("placement_sizes", [](const river::Engine & e) { return parts_dict(e.placement_sizes()); })
         .def("placed_bytes", &river::Engine::placed_bytes)
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })

@@ -7,6 +7,7 @@
 #include "common.h"
 #include "engine.h"
 #include "exact_check.h"
+#include "own_kernels.h"
 #include "river_build.h"
 
 namespace py = pybind11;
@@ -19,7 +20,7 @@ using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 py::array_t<float> row_products(const std::string & type, const ByteArray & data, int64_t n_out, int64_t n_in,
                                 const FloatMatrix & inputs, const std::string & buffer_type, bool exact,
-                                int n_threads) {
+                                int n_threads, const std::string & own) {
     const ggml_type ggml_t = river::river_type_from_name(type);
     if (inputs.ndim() != 2 || inputs.shape(1) != n_in) {
         throw river::Error("row_products needs inputs [n_tokens, n_in]");
@@ -34,7 +35,7 @@ py::array_t<float> row_products(const std::string & type, const ByteArray & data
     {
         py::gil_scoped_release release;
         out = river::row_products(ggml_t, data.data(), n_out, n_in, inputs.data(), inputs.shape(0), buffer_type, exact,
-                                  n_threads);
+                                  n_threads, own);
     }
     return py::array_t<float>(std::vector<py::ssize_t>{inputs.shape(0), n_out}, out.data());
 }
@@ -65,13 +66,38 @@ py::tuple trace_forward(river::Engine & engine, const IdArray & ids, bool last_o
     return py::make_tuple(logits, nodes);
 }
 
+// values [n_out, n_in] quantized to `type` by ggml: its raw rows.
+py::array_t<uint8_t> quantize_rows(const std::string & type, const FloatMatrix & values) {
+    const ggml_type ggml_t = river::river_type_from_name(type);
+    if (values.ndim() != 2 || values.shape(1) % ggml_blck_size(ggml_t) != 0 || ggml_quantize_requires_imatrix(ggml_t)) {
+        throw river::Error("quantize_rows needs values [n_out, n_in] with n_in a multiple of " +
+                           std::to_string(ggml_blck_size(ggml_t)) + " and a type that needs no importance matrix");
+    }
+    const int64_t n_out = values.shape(0), n_in = values.shape(1);
+    py::array_t<uint8_t> out(static_cast<py::ssize_t>(ggml_row_size(ggml_t, n_in) * n_out));
+    ggml_quantize_chunk(ggml_t, values.data(), out.mutable_data(), 0, n_out, n_in, nullptr);
+    return out;
+}
+
 }  // namespace
 
 void bind_exact(py::module_ & m) {
     m.def("row_products", &row_products, py::arg("type"), py::arg("data"), py::arg("n_out"), py::arg("n_in"),
           py::arg("inputs"), py::arg("buffer_type") = "", py::arg("exact") = false, py::arg("n_threads") = 1,
+          py::arg("own") = "",
           "inputs @ w.T for the raw matrix w of `type` ([n_out, n_in]): by ggml_mul_mat from the plain layout or "
-          "the extra buffer type, or by the exact product.");
+          "the extra buffer type, by the exact product, or by our own product with the kernels named `own`.");
+    m.def("quantize_rows", &quantize_rows, py::arg("type"), py::arg("values"),
+          "values [n_out, n_in] quantized by ggml to `type`: the raw rows, as a GGUF file holds them.");
+    m.def(
+        "own_kernels", [] {
+            std::vector<std::string> names;
+            for (const river::own::Kernels * kernels : river::own::kernels_here()) {
+                names.push_back(kernels->name);
+            }
+            return names;
+        },
+        "The own products' kernels this CPU runs, fastest first; 'reference' (the definition) last.");
     m.def("trace_forward", &trace_forward, py::arg("engine"), py::arg("ids"), py::arg("last_only") = false,
           "engine.forward(ids, last_only) with the named nodes' outputs: (logits, [(name, values)]).");
 }

@@ -8,11 +8,31 @@
 
 #include "common.h"
 #include "ggml-cpu.h"
+#include "own_kernels.h"
 #include "vocab_check.h"
 
 namespace river {
 
 namespace {
+
+// The covered weight types called `names` (ggml's names, "q4_K"); throws for others.
+std::vector<ggml_type> own_types(const std::vector<std::string> & names) {
+    std::vector<ggml_type> types;
+    for (const std::string & name : names) {
+        bool found = false;
+        for (int t = 0; t < GGML_TYPE_COUNT && !found; ++t) {
+            const char * type_name = ggml_type_name(static_cast<ggml_type>(t));
+            if (type_name && name == type_name && own::layout_of(static_cast<ggml_type>(t))) {
+                types.push_back(static_cast<ggml_type>(t));
+                found = true;
+            }
+        }
+        if (!found) {
+            throw Error("our own products do not cover the weight type '" + name + "' (they cover q4_0, q8_0, q4_K, q5_K, q6_K)");
+        }
+    }
+    return types;
+}
 
 // Attention reads the cache in multiples of this many positions (the mask hides
 // the rest), so consecutive decode steps share one graph shape.
@@ -69,6 +89,8 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     for (const std::string & name : params.cpu_extra_bufts) {
         cpu_extra_buffer_type(name);   // throws for a name this ggml lacks, before any work
     }
+    own_types(params.own_types);
+    own::kernels_named(params.own_kernels);
     file_ = std::make_unique<GgufFile>(model_path, params.use_mmap);
     hp_ = read_hparams(*file_);
     // llama.cpp tokenizes for this model: its vocabulary must not be able to abort it
@@ -204,7 +226,20 @@ void Engine::place(const Placement & placement) {
         const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
         matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
     }
-    repacked_.repack(matrices, {weight_buffer_.get(), river_buffer_.get()}, params_.cpu_extra_bufts);
+    const std::vector<ggml_backend_buffer_t> host_buffers{weight_buffer_.get(), river_buffer_.get()};
+    if (!params_.own_types.empty()) {
+        std::vector<ggml_tensor **> all = matrix_slots(backbone_.layers, backbone_.output);
+        if (has_river()) {
+            const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
+            all.insert(all.end(), river_matrices.begin(), river_matrices.end());
+        }
+        own_.pack(all, host_buffers, own_types(params_.own_types), own::kernels_named(params_.own_kernels),
+                  params_.use_mmap);
+        matrices.erase(std::remove_if(matrices.begin(), matrices.end(),
+                                      [&](ggml_tensor ** slot) { return own_.find(*slot) != nullptr; }),
+                       matrices.end());
+    }
+    repacked_.repack(matrices, host_buffers, params_.cpu_extra_bufts);
     device_weights_ = std::move(copies);
 
     for (ggml_backend_dev_t dev : devices) {
@@ -488,6 +523,9 @@ void Engine::build_segment(const Segment & seg, bool last_only, bool exact, ggml
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
     g.exact = exact;
     g.exact_float_weights = params_.exact == ExactMode::bitwise;
+    OwnInputs own_inputs;
+    g.own = &own_;
+    g.own_inputs = &own_inputs;
 
     // [n_embd, n_tokens]
     ggml_tensor * inpL = nullptr;

@@ -20,6 +20,7 @@
 #include "hparams.h"
 #include "kv_cache.h"
 #include "offload.h"
+#include "own_mul_mat.h"
 #include "weights.h"
 
 namespace river {
@@ -48,6 +49,11 @@ struct EngineParams {
     // ggml's fastest kernels.
     ExactMode exact = ExactMode::on;
     int64_t exact_rows = 129;
+    // The weight types (ggml names) whose host matrices take our own batch-invariant
+    // products (own_mul_mat.h) in every forward, by own_kernels ("auto": the fastest
+    // this CPU runs); the caller decides which passed their probe here (none by default).
+    std::vector<std::string> own_types;
+    std::string own_kernels = "auto";
 };
 
 // Where time goes per graph: building and allocating it vs computing it.
@@ -109,6 +115,8 @@ public:
     const Placement & placement() const { return placement_; }
     // Host matrices moved into the CPU's faster layouts by place().
     size_t repacked_tensors() const { return repacked_.count(); }
+    // How many matrices our own products multiply, by type name, and by which kernels.
+    const OwnMatrices & own_matrices() const { return own_; }
     // Of those, how many each extra buffer type holds, by its name.
     const std::map<std::string, size_t> & repacked_by_buffer_type() const { return repacked_.counts(); }
     PlacementSizes placement_sizes() const;
@@ -231,6 +239,7 @@ private:
     ggml_threadpool_t threadpool_ = nullptr;
     Placement placement_;
     std::unique_ptr<DeviceWeights> device_weights_;
+    OwnMatrices own_;
     RepackedTensors repacked_;
     std::vector<ggml_backend_t> device_backends_;   // the placement's devices, not the CPU
     std::set<ggml_backend_dev_t> lost_;             // see lose_device

@@ -10,6 +10,8 @@
 #include "ggml-cpu.h"
 #include "ggml_ptr.h"
 #include "offload.h"
+#include "own_kernels.h"
+#include "own_mul_mat.h"
 #include "weights.h"
 
 namespace river {
@@ -24,7 +26,8 @@ bool is_layout_op(ggml_op op) {
 }  // namespace
 
 std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out, int64_t n_in, const float * inputs,
-                                int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads) {
+                                int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads,
+                                const std::string & own_kernels) {
     if (n_out <= 0 || n_tokens <= 0 || n_in <= 0 || n_in % ggml_blck_size(type) != 0) {
         throw Error(std::string("row_products needs rows whose length is a positive multiple of ") +
                     std::to_string(ggml_blck_size(type)) + " for " + ggml_type_name(type));
@@ -56,10 +59,20 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
     ggml_backend_buffer_set_usage(weight_buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     ggml_backend_tensor_set(w, data, 0, ggml_nbytes(w));   // an extra type repacks here
 
-    ContextPtr ctx = new_metadata_context(2);
+    ContextPtr ctx = new_metadata_context(3);   // x, y and (own products) the quantized x
     // [n_in, n_tokens] -> [n_out, n_tokens]
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_in, n_tokens);
-    ggml_tensor * y = exact ? exact_mul_mat(ctx.get(), w, x) : ggml_mul_mat(ctx.get(), w, x);
+    OwnMatrices own;
+    OwnInputs own_inputs;
+    if (!own_kernels.empty()) {
+        if (!own::layout_of(type)) {
+            throw Error(std::string("our own products do not cover ") + ggml_type_name(type));
+        }
+        own.pack({&w}, {weight_buffer.get()}, {type}, own::kernels_named(own_kernels), false);
+    }
+    ggml_tensor * y = own.find(w)  ? own_mul_mat(ctx.get(), *own.find(w), x, n_out, own_inputs)
+                      : exact      ? exact_mul_mat(ctx.get(), w, x)
+                                   : ggml_mul_mat(ctx.get(), w, x);
     ggml_cgraph * graph = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(graph, y);
     BufferPtr buffer(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_cpu_buffer_type()));

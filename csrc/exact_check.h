@@ -17,10 +17,13 @@ namespace river {
 // inputs x w^T for a matrix w of `type` given as its raw rows (`data`, n_out rows of
 // n_in values), on the CPU backend with n_threads: by ggml_mul_mat with w in the plain
 // CPU layout (buft_name empty) or in the extra buffer type buft_name, or by
-// exact_mul_mat (exact). inputs: n_tokens rows of n_in floats; returns n_tokens rows
-// of n_out. Throws for an unknown buffer type or one that does not take w.
+// exact_mul_mat (exact), or by our own product with the kernels named own_kernels
+// ("auto", "reference", "avx2", ...; see own_kernels.h). inputs: n_tokens rows of n_in
+// floats; returns n_tokens rows of n_out. Throws for an unknown buffer type or one that
+// does not take w, or own kernels this CPU lacks or that do not cover `type`.
 std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out, int64_t n_in, const float * inputs,
-                                int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads);
+                                int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads,
+                                const std::string & own_kernels = "");
 
 // One node's output as a graph computed it: float32 values in ggml order.
 struct TracedNode {

@@ -6,12 +6,18 @@ namespace river {
 
 namespace {
 
-// w x cur, named "<name>-<il>". In an exact graph, where w is in the plain layout (and
+// w x cur, named "<name>-<il>". Where w is packed for our own product, by it: every
+// column as it would come alone, in any graph. Otherwise, in an exact graph, where w is in the plain layout (and
 // quantized, unless exact_float_weights), each column comes out as it would alone: by
 // ggml's kernel where that gives a column the same bits in any batch, else by
 // exact_mul_mat.
 // cur: [n_in, n_tokens] -> [n_out, n_tokens]
 ggml_tensor * mul_mat(const GraphContext & g, ggml_tensor * w, ggml_tensor * cur, const char * name, int64_t il) {
+    if (const OwnMatrix * own = g.own ? g.own->find(w) : nullptr) {
+        ggml_tensor * out = own_mul_mat(g.ctx, *own, cur, w->ne[1], *g.own_inputs);
+        ggml_format_name(out, "%s-%d", name, static_cast<int>(il));
+        return out;
+    }
     const bool float_weights = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16;
     const bool exact =
         g.exact && (g.exact_float_weights || !float_weights) && exact_mul_mat_supports(w) && !ggml_rows_alike(w->type);

@@ -6,6 +6,7 @@
 #include "ggml.h"
 #include "hparams.h"
 #include "kv_cache.h"
+#include "own_mul_mat.h"
 #include "weights.h"
 
 namespace river {
@@ -37,6 +38,10 @@ struct GraphContext {
     // ... by float (F32, F16, BF16) matrices too, where exact_mul_mat costs verifies the
     // most (vec_dot converts a row again for each column, sgemm once per tile)
     bool exact_float_weights = false;
+    // Matrices packed for our own products, which every batch (exact or not) takes for
+    // them; nullptr: none.
+    const OwnMatrices * own = nullptr;
+    OwnInputs * own_inputs = nullptr;   // this graph's quantized inputs; set with `own`
 };
 
 // One pre-norm block (with gemma's post-norms when the model has them); writes this

@@ -135,10 +135,11 @@ def cached_probe(
     reprobe: bool = False,
     command: Optional[ChildCommand] = None,
     timeout_s: float = PROBE_TIMEOUT_S,
+    folder: str = "extra_bufts",
 ) -> dict[str, Verdict]:
-    """Verdicts on `names`: from this process's memory, else the cache file for `key`,
-    else probed (and stored there when lasting)."""
-    path = cache_path(key)
+    """Verdicts on `names`: from this process's memory, else the cache file for `key`
+    in the cache's `folder`, else probed (and stored there when lasting)."""
+    path = cache_path(key, folder)
     memo = key_digest(key)
     verdicts = {} if reprobe else dict(_verdicts_in_process.get(memo) or read_verdicts(path))
     missing = [name for name in names if name not in verdicts]
@@ -247,11 +248,11 @@ def key_digest(key: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_path(key: Mapping[str, str]) -> Path:
-    """The verdicts file of `key` in the cache folder."""
+def cache_path(key: Mapping[str, str], folder: str = "extra_bufts") -> Path:
+    """The verdicts file of `key` in the cache's `folder`."""
     from river_cpp.engine.cache import cache_dir
 
-    return cache_dir() / "extra_bufts" / f"{key_digest(key)}.json"
+    return cache_dir() / folder / f"{key_digest(key)}.json"
 
 
 def read_verdicts(path: Path) -> dict[str, Verdict]:

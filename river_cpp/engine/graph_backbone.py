@@ -22,6 +22,7 @@ from river_cpp.engine._ggml import set_ggml_verbosity
 from river_cpp.engine.backbone import ROUTES, check_n_past, check_token_ids
 from river_cpp.engine.context import check_fits
 from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
+from river_cpp.engine.own_products import OwnProducts, own_products
 from river_cpp.engine.load_options import LoadOptions, positive_int
 from river_cpp.engine.placement import Placement, offload_devices, plan_placement
 from river_cpp.engine.policy import ExitPolicy, check_policy
@@ -97,6 +98,8 @@ class GraphBackbone:
         )
         # the CPU's extra buffer types that proved to work here (RIVER_CPP_EXTRA_BUFTS)
         self.extra_bufts: ExtraBufts = extra_bufts()
+        # our own batch-invariant products, where they passed their probe here (RIVER_CPP_OWN_PRODUCTS)
+        self.own_products: OwnProducts = own_products()
         self._engine: Optional[_core.Engine] = _core.Engine(
             path,
             options.n_ctx,
@@ -106,6 +109,8 @@ class GraphBackbone:
             cpu_extra_bufts=list(self.extra_bufts.allowed),
             reuse_graphs=bool(options.reuse_graphs),
             exact=options.engine_exact,
+            own_types=list(self.own_products.types),
+            own_kernels=self.own_products.kernels or "auto",
         )
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None

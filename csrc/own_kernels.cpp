@@ -1,0 +1,56 @@
+#include "own_kernels.h"
+
+#include "common.h"
+
+namespace river::own {
+
+namespace {
+
+bool cpu_runs(const Kernels * kernels) {
+    if (!kernels) {
+        return false;
+    }
+    const std::string name = kernels->name;
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (name == "avx2") {
+        return avx2;
+    }
+    if (name == "avx512vnni") {
+        return avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+    }
+#endif
+    // the NEON table is built only where the compiler targets dot-product Arm cores
+    return name == "neon";
+}
+
+}  // namespace
+
+std::vector<const Kernels *> kernels_here() {
+    std::vector<const Kernels *> here;
+    for (const Kernels * kernels : {vnni_kernels(), avx2_kernels(), neon_kernels()}) {
+        if (cpu_runs(kernels)) {
+            here.push_back(kernels);
+        }
+    }
+    here.push_back(&reference_kernels());
+    return here;
+}
+
+const Kernels & kernels_named(const std::string & name) {
+    const std::vector<const Kernels *> here = kernels_here();
+    if (name == "auto") {
+        return *here.front();
+    }
+    std::string known;
+    for (const Kernels * kernels : here) {
+        if (name == kernels->name) {
+            return *kernels;
+        }
+        known += (known.empty() ? "" : ", ") + std::string(kernels->name);
+    }
+    throw Error("no own kernels '" + name + "' on this CPU (it runs: " + known + ")");
+}
+
+}  // namespace river::own

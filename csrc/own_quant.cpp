@@ -1,0 +1,424 @@
+#include "own_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace river::own {
+
+namespace {
+
+// the GGUF block sizes: Q4_0 = f16 d + 16 bytes, Q8_0 = f16 d + 32, Q4_K = 2 f16 + 12 + 128,
+// Q5_K = 2 f16 + 12 + 32 + 128, Q6_K = 128 + 64 + 16 + f16 d
+const TypeLayout k_layouts[] = {
+    {GGML_TYPE_Q4_0, 32, 18, group_q4_0::bytes, ActFormat::q8_32},
+    {GGML_TYPE_Q8_0, 32, 34, group_q8_0::bytes, ActFormat::q8_32},
+    {GGML_TYPE_Q4_K, 256, 144, group_q4_K::bytes, ActFormat::q8_256},
+    {GGML_TYPE_Q5_K, 256, 176, group_q5_K::bytes, ActFormat::q8_256},
+    {GGML_TYPE_Q6_K, 256, 210, group_q6_K::bytes, ActFormat::q8_256},
+};
+
+inline uint8_t & slot_byte(uint8_t * base, int64_t slot, int64_t r, int64_t b) {
+    return base[slot * k_slot + r * 4 + b];
+}
+inline uint8_t slot_byte(const uint8_t * base, int64_t slot, int64_t r, int64_t b) {
+    return base[slot * k_slot + r * 4 + b];
+}
+
+// An IEEE half as a float (exact; as F16C's vcvtph2ps and NEON's vcvt_f32_f16 convert).
+// Written out, so that this file needs nothing of ggml but its type enum.
+inline float f16(const uint8_t * p) {
+    uint16_t h;
+    std::memcpy(&h, p, sizeof h);
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+    float magnitude;
+    if (exponent == 0) {
+        magnitude = std::ldexp(static_cast<float>(mantissa), -24);   // subnormal (or zero)
+    } else if (exponent == 31) {
+        magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    } else {
+        const uint32_t bits = ((exponent + 112) << 23) | (mantissa << 13);
+        std::memcpy(&magnitude, &bits, sizeof magnitude);
+    }
+    uint32_t out;
+    std::memcpy(&out, &magnitude, sizeof out);
+    out |= sign;
+    float value;
+    std::memcpy(&value, &out, sizeof value);
+    return value;
+}
+
+inline void put_f16(uint8_t * base, int64_t r, const uint8_t * ggml_half) {
+    std::memcpy(base + r * 2, ggml_half, 2);
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K / Q5_K block's 12 packed bytes.
+void scale_min_k4(int j, const uint8_t * q, uint8_t & sc, uint8_t & m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Row r's values of a Q4_K / Q5_K block into a row group block (bits 0..3 of each).
+void put_nibbles_k(uint8_t * qs, int64_t r, const uint8_t * v) {
+    for (int64_t j = 0; j < 4; ++j) {
+        for (int64_t l = 0; l < 32; ++l) {
+            slot_byte(qs, j * 8 + l / 4, r, l % 4) =
+                static_cast<uint8_t>((v[64 * j + l] & 0xF) | ((v[64 * j + 32 + l] & 0xF) << 4));
+        }
+    }
+}
+
+void put_scales_k(uint8_t * group, size_t scales, size_t mins, int64_t r, const uint8_t * packed12) {
+    for (int j = 0; j < 8; ++j) {
+        scale_min_k4(j, packed12, group[scales + j * 8 + r], group[mins + group_q4_K::min_at(j, r)]);
+    }
+}
+
+void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
+    uint8_t v[256];
+    switch (type) {
+        case GGML_TYPE_Q4_0:   // d | qs[16]
+            put_f16(group + group_q4_0::d, r, src);
+            for (int64_t l = 0; l < 16; ++l) {
+                slot_byte(group + group_q4_0::qs, l / 4, r, l % 4) = src[2 + l];
+            }
+            break;
+        case GGML_TYPE_Q8_0:   // d | qs[32]
+            put_f16(group + group_q8_0::d, r, src);
+            for (int64_t l = 0; l < 32; ++l) {
+                slot_byte(group + group_q8_0::qs, l / 4, r, l % 4) = src[2 + l];
+            }
+            break;
+        case GGML_TYPE_Q4_K:   // d | dmin | scales[12] | qs[128]
+            put_f16(group + group_q4_K::d, r, src);
+            put_f16(group + group_q4_K::dmin, r, src + 2);
+            put_scales_k(group, group_q4_K::scales, group_q4_K::mins, r, src + 4);
+            for (int64_t j = 0; j < 4; ++j) {
+                for (int64_t l = 0; l < 32; ++l) {
+                    v[64 * j + l] = src[16 + 32 * j + l] & 0xF;
+                    v[64 * j + 32 + l] = src[16 + 32 * j + l] >> 4;
+                }
+            }
+            put_nibbles_k(group + group_q4_K::qs, r, v);
+            break;
+        case GGML_TYPE_Q5_K: {   // d | dmin | scales[12] | qh[32] | qs[128]
+            put_f16(group + group_q5_K::d, r, src);
+            put_f16(group + group_q5_K::dmin, r, src + 2);
+            put_scales_k(group, group_q5_K::scales, group_q5_K::mins, r, src + 4);
+            const uint8_t * qh = src + 16;
+            for (int64_t j = 0; j < 4; ++j) {
+                for (int64_t l = 0; l < 32; ++l) {
+                    v[64 * j + l] = (src[48 + 32 * j + l] & 0xF) | (((qh[l] >> (2 * j)) & 1) << 4);
+                    v[64 * j + 32 + l] = (src[48 + 32 * j + l] >> 4) | (((qh[l] >> (2 * j + 1)) & 1) << 4);
+                }
+            }
+            put_nibbles_k(group + group_q5_K::qs, r, v);
+            for (int64_t l = 0; l < 32; ++l) {
+                uint8_t bits = 0;
+                for (int64_t j = 0; j < 4; ++j) {
+                    bits |= ((v[64 * j + l] >> 4) & 1) << (2 * j);
+                    bits |= ((v[64 * j + 32 + l] >> 4) & 1) << (2 * j + 1);
+                }
+                slot_byte(group + group_q5_K::qh, l / 4, r, l % 4) = bits;
+            }
+            break;
+        }
+        case GGML_TYPE_Q6_K: {   // ql[128] | qh[64] | scales[16] | d
+            for (int64_t half = 0; half < 2; ++half) {
+                const uint8_t * ql = src + 64 * half;
+                const uint8_t * qh = src + 128 + 32 * half;
+                uint8_t * out = v + 128 * half;
+                for (int64_t l = 0; l < 32; ++l) {
+                    out[l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+                    out[l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+                    out[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    out[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+            for (int64_t s = 0; s < 32; ++s) {
+                for (int64_t b = 0; b < 4; ++b) {
+                    group[group_q6_K::low_slot(s) + r * 4 + b] =
+                        static_cast<uint8_t>((v[4 * s + b] & 0xF) | ((v[4 * (s + 32) + b] & 0xF) << 4));
+                }
+            }
+            for (int64_t h = 0; h < 16; ++h) {
+                for (int64_t b = 0; b < 4; ++b) {
+                    uint8_t bits = 0;
+                    for (int64_t k = 0; k < 4; ++k) {
+                        bits |= (v[4 * (h + 16 * k) + b] >> 4) << (2 * k);
+                    }
+                    group[group_q6_K::top_slot(h) + r * 4 + b] = bits;
+                }
+            }
+            for (int64_t s = 0; s < 16; ++s) {
+                group[group_q6_K::scales + s * 8 + r] = src[192 + s];
+            }
+            put_f16(group + group_q6_K::d, r, src + 208);
+            break;
+        }
+        default:
+            break;
+    }
+}
+
+// ---- the reference: one element at a time, exactly as the kernels compute it ----
+
+int32_t column_sum(const uint8_t * x, size_t offset) {
+    int32_t s;
+    std::memcpy(&s, x + offset, sizeof s);
+    return s;
+}
+
+int32_t column_sum16(const uint8_t * x, size_t offset) {
+    int16_t s;
+    std::memcpy(&s, x + offset, sizeof s);
+    return s;
+}
+
+float column_scale(const uint8_t * x, size_t offset) {
+    float d;
+    std::memcpy(&d, x + offset, sizeof d);
+    return d;
+}
+
+const int8_t * column_values(const uint8_t * x) { return reinterpret_cast<const int8_t *>(x); }
+
+// Value i of row r of a row group block.
+int32_t q4_0_value(const uint8_t * w, int64_t r, int64_t i) {
+    const uint8_t byte = slot_byte(w + group_q4_0::qs, (i % 16) / 4, r, i % 4);
+    return i < 16 ? byte & 0xF : byte >> 4;
+}
+int32_t q8_0_value(const uint8_t * w, int64_t r, int64_t i) {
+    return static_cast<int8_t>(slot_byte(w + group_q8_0::qs, i / 4, r, i % 4));
+}
+int32_t k_nibble(const uint8_t * qs, int64_t r, int64_t i) {
+    const int64_t j = i / 64, l = i % 32;
+    const uint8_t byte = slot_byte(qs, j * 8 + l / 4, r, l % 4);
+    return (i % 64) < 32 ? byte & 0xF : byte >> 4;
+}
+int32_t q5_K_value(const uint8_t * w, int64_t r, int64_t i) {
+    const int64_t j = i / 64, l = i % 32, hi = (i % 64) >= 32;
+    const uint8_t bits = slot_byte(w + group_q5_K::qh, l / 4, r, l % 4);
+    return k_nibble(w + group_q5_K::qs, r, i) | (((bits >> (2 * j + hi)) & 1) << 4);
+}
+int32_t q6_K_value(const uint8_t * w, int64_t r, int64_t i) {
+    const int64_t g = i / 4, b = i % 4;
+    const uint8_t low = w[group_q6_K::low_slot(g % 32) + r * 4 + b];
+    const uint8_t top = w[group_q6_K::top_slot(g % 16) + r * 4 + b];
+    return ((g < 32 ? low & 0xF : low >> 4)) | (((top >> (2 * (g / 16))) & 3) << 4);
+}
+
+template <typename Element>
+void reference_group(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
+                     float * out, size_t out_stride, size_t block_bytes, size_t act_bytes, Element element) {
+    for (int64_t c = 0; c < n_cols; ++c) {
+        for (int64_t r = 0; r < k_group_rows; ++r) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < n_blocks; ++b) {
+                acc = element(group + b * block_bytes, cols + c * col_bytes + b * act_bytes, r, acc);
+            }
+            out[c * out_stride + r] = acc;
+        }
+    }
+}
+
+void reference_q4_0(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
+                    float * out, size_t out_stride) {
+    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q4_0::bytes, k_act32_bytes,
+                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        int32_t isum = 0;
+                        for (int64_t i = 0; i < 32; ++i) {
+                            isum += q4_0_value(w, r, i) * column_values(x)[i];
+                        }
+                        isum -= 8 * column_sum(x, k_act32_sum);
+                        const float scale = f16(w + group_q4_0::d + 2 * r) * column_scale(x, k_act32_d);
+                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                    });
+}
+
+void reference_q8_0(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
+                    float * out, size_t out_stride) {
+    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q8_0::bytes, k_act32_bytes,
+                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        int32_t isum = 0;
+                        for (int64_t i = 0; i < 32; ++i) {
+                            isum += q8_0_value(w, r, i) * column_values(x)[i];
+                        }
+                        const float scale = f16(w + group_q8_0::d + 2 * r) * column_scale(x, k_act32_d);
+                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                    });
+}
+
+// Q4_K and Q5_K: sum over sub-blocks of scale x dot, minus sum of min x column sum
+template <typename Value>
+float k_quant_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc, size_t scales, size_t mins,
+                      size_t d, size_t dmin, Value value) {
+    int32_t isum = 0, msum = 0;
+    for (int64_t j = 0; j < 8; ++j) {
+        int32_t dot = 0;
+        for (int64_t i = 32 * j; i < 32 * j + 32; ++i) {
+            dot += value(w, r, i) * column_values(x)[i];
+        }
+        isum += dot * w[scales + j * 8 + r];
+        msum += w[mins + group_q4_K::min_at(j, r)] * column_sum16(x, k_act256_sum32 + 2 * j);
+    }
+    const float dx = column_scale(x, k_act256_d);
+    acc = std::fmaf(f16(w + d + 2 * r) * dx, static_cast<float>(isum), acc);
+    return std::fmaf(-(f16(w + dmin + 2 * r) * dx), static_cast<float>(msum), acc);
+}
+
+void reference_q4_K(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
+                    float * out, size_t out_stride) {
+    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q4_K::bytes, k_act256_bytes,
+                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        return k_quant_element(w, x, r, acc, group_q4_K::scales, group_q4_K::mins, group_q4_K::d, group_q4_K::dmin,
+                                               [](const uint8_t * w, int64_t r, int64_t i) {
+                                                   return k_nibble(w + group_q4_K::qs, r, i);
+                                               });
+                    });
+}
+
+void reference_q5_K(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
+                    float * out, size_t out_stride) {
+    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q5_K::bytes, k_act256_bytes,
+                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        return k_quant_element(w, x, r, acc, group_q5_K::scales, group_q5_K::mins, group_q5_K::d, group_q5_K::dmin,
+                                               q5_K_value);
+                    });
+}
+
+void reference_q6_K(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
+                    float * out, size_t out_stride) {
+    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q6_K::bytes, k_act256_bytes,
+                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        // sum over sub-blocks of 16 of scale x (dot - 32 x column sum)
+                        int32_t isum = 0;
+                        for (int64_t s = 0; s < 16; ++s) {
+                            int32_t dot = 0;
+                            for (int64_t i = 16 * s; i < 16 * s + 16; ++i) {
+                                dot += q6_K_value(w, r, i) * column_values(x)[i];
+                            }
+                            dot -= column_sum(x, k_act256_sum16x32 + 4 * s);
+                            isum += dot * static_cast<int8_t>(w[group_q6_K::scales + s * 8 + r]);
+                        }
+                        const float scale = f16(w + group_q6_K::d + 2 * r) * column_scale(x, k_act256_d);
+                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                    });
+}
+
+// Rounds to the nearest integer, ties to even, for |v| < 2^22: adding 1.5 x 2^23 leaves
+// no fraction bits. Plain arithmetic, so it vectorizes and gives the same bits anywhere.
+inline float round_even(float v) {
+    constexpr float magic = 12582912.0f;
+    return (v + magic) - magic;
+}
+
+// Quantizes n values (a block) to int8 with scale amax / 127; returns the scale.
+float quantize_block(const float * x, int64_t n, int8_t * q) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        amax = std::max(amax, std::fabs(x[i]));
+    }
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = std::min(127.0f, std::max(-127.0f, round_even(x[i] * id)));
+        q[i] = static_cast<int8_t>(v);
+    }
+    return amax / 127.0f;
+}
+
+int32_t sum_of(const int8_t * q, int64_t n) {
+    int32_t s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        s += q[i];
+    }
+    return s;
+}
+
+}  // namespace
+
+const TypeLayout * layout_of(ggml_type type) {
+    for (const TypeLayout & layout : k_layouts) {
+        if (layout.type == type) {
+            return &layout;
+        }
+    }
+    return nullptr;
+}
+
+size_t packed_size(const TypeLayout & layout, int64_t n_in, int64_t n_rows) {
+    return static_cast<size_t>(n_groups(n_rows) * (n_in / layout.block)) * layout.group_bytes;
+}
+
+void pack(const TypeLayout & layout, const void * rows, size_t row_stride, int64_t n_in, int64_t n_rows, void * dst) {
+    const int64_t n_blocks = n_in / layout.block;
+    const size_t src_block = layout.ggml_block_bytes;
+    auto * out = static_cast<uint8_t *>(dst);
+    std::memset(out, 0, packed_size(layout, n_in, n_rows));   // padding rows: zero scales, zero values
+    for (int64_t g = 0; g < n_groups(n_rows); ++g) {
+        for (int64_t r = 0; r < k_group_rows && g * k_group_rows + r < n_rows; ++r) {
+            const auto * row = static_cast<const uint8_t *>(rows) + (g * k_group_rows + r) * row_stride;
+            for (int64_t b = 0; b < n_blocks; ++b) {
+                pack_row(layout.type, row + b * src_block, out + (g * n_blocks + b) * layout.group_bytes, r);
+            }
+        }
+    }
+}
+
+size_t act_column_bytes(ActFormat format, int64_t n_in) {
+    return format == ActFormat::q8_256 ? static_cast<size_t>(n_in / 256) * k_act256_bytes
+                                       : static_cast<size_t>(n_in / 32) * k_act32_bytes;
+}
+
+void quantize_column(ActFormat format, const float * x, int64_t n_in, void * dst) {
+    auto * out = static_cast<uint8_t *>(dst);
+    if (format == ActFormat::q8_32) {
+        for (int64_t b = 0; b < n_in / 32; ++b, out += k_act32_bytes, x += 32) {
+            auto * q = reinterpret_cast<int8_t *>(out);
+            const float d = quantize_block(x, 32, q);
+            const int32_t sum = sum_of(q, 32);
+            std::memcpy(out + k_act32_d, &d, sizeof d);
+            std::memcpy(out + k_act32_sum, &sum, sizeof sum);
+        }
+        return;
+    }
+    for (int64_t b = 0; b < n_in / 256; ++b, out += k_act256_bytes, x += 256) {
+        auto * q = reinterpret_cast<int8_t *>(out);
+        const float d = quantize_block(x, 256, q);
+        std::memcpy(out + k_act256_d, &d, sizeof d);
+        for (int64_t j = 0; j < 8; ++j) {
+            const auto sum = static_cast<int16_t>(sum_of(q + 32 * j, 32));   // |sum| <= 32 x 127
+            std::memcpy(out + k_act256_sum32 + 2 * j, &sum, sizeof sum);
+        }
+        for (int64_t s = 0; s < 16; ++s) {
+            const int32_t sum = 32 * sum_of(q + 16 * s, 16);
+            std::memcpy(out + k_act256_sum16x32 + 4 * s, &sum, sizeof sum);
+        }
+    }
+}
+
+GroupKernel Kernels::of(ggml_type type) const {
+    switch (type) {
+        case GGML_TYPE_Q4_0: return q4_0;
+        case GGML_TYPE_Q8_0: return q8_0;
+        case GGML_TYPE_Q4_K: return q4_K;
+        case GGML_TYPE_Q5_K: return q5_K;
+        case GGML_TYPE_Q6_K: return q6_K;
+        default: return nullptr;
+    }
+}
+
+const Kernels & reference_kernels() {
+    static const Kernels kernels{"reference", reference_q4_0, reference_q8_0, reference_q4_K, reference_q5_K,
+                                 reference_q6_K};
+    return kernels;
+}
+
+}  // namespace river::own
