@@ -303,12 +303,12 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("placement", [](const river::Engine & e) { return parts_dict(e.placement()); })
         .def_property_readonly("repacked_tensors", &river::Engine::repacked_tensors)
         .def_property_readonly("repacked_by_buffer_type", &river::Engine::repacked_by_buffer_type)
-        .def_property_readonly("own_products",
-                               [](const river::Engine & e) { return e.own_matrices().counts(); },
-                               "How many matrices our own products multiply, by weight type.")
-        .def_property_readonly("own_kernels",
-                               [](const river::Engine & e) { return e.own_matrices().kernels_name(); },
-                               "The kernels our own products run on ('' where no matrix takes them).")
+        .def_property_readonly(
+            "own_products", [](const river::Engine & e) { return e.own_matrices().counts(); },
+            "How many matrices our own products multiply, by weight type.")
+        .def_property_readonly(
+            "own_kernels", [](const river::Engine & e) { return e.own_matrices().kernels_name(); },
+            "The kernels our own products run on ('' where no matrix takes them).")
         .def("placement_sizes", [](const river::Engine & e) { return parts_dict(e.placement_sizes()); })
         .def("placed_bytes", &river::Engine::placed_bytes)
         .def_property_readonly("graph_stats", [](const river::Engine & e) { return graph_stats_dict(e.graph_stats()); })

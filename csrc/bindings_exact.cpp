@@ -19,8 +19,8 @@ using ByteArray = py::array_t<uint8_t, py::array::c_style>;
 using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 py::array_t<float> row_products(const std::string & type, const ByteArray & data, int64_t n_out, int64_t n_in,
-                                const FloatMatrix & inputs, const std::string & buffer_type, bool exact,
-                                int n_threads, const std::string & own) {
+                                const FloatMatrix & inputs, const std::string & buffer_type, bool exact, int n_threads,
+                                const std::string & own) {
     const ggml_type ggml_t = river::river_type_from_name(type);
     if (inputs.ndim() != 2 || inputs.shape(1) != n_in) {
         throw river::Error("row_products needs inputs [n_tokens, n_in]");
@@ -90,7 +90,8 @@ void bind_exact(py::module_ & m) {
     m.def("quantize_rows", &quantize_rows, py::arg("type"), py::arg("values"),
           "values [n_out, n_in] quantized by ggml to `type`: the raw rows, as a GGUF file holds them.");
     m.def(
-        "own_kernels", [] {
+        "own_kernels",
+        [] {
             std::vector<std::string> names;
             for (const river::own::Kernels * kernels : river::own::kernels_here()) {
                 names.push_back(kernels->name);

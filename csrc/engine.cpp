@@ -28,7 +28,8 @@ std::vector<ggml_type> own_types(const std::vector<std::string> & names) {
             }
         }
         if (!found) {
-            throw Error("our own products do not cover the weight type '" + name + "' (they cover q4_0, q8_0, q4_K, q5_K, q6_K)");
+            throw Error("our own products do not cover the weight type '" + name +
+                        "' (they cover q4_0, q8_0, q4_K, q5_K, q6_K)");
         }
     }
     return types;

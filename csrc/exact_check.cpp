@@ -70,9 +70,9 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
         }
         own.pack({&w}, {weight_buffer.get()}, {type}, own::kernels_named(own_kernels), false);
     }
-    ggml_tensor * y = own.find(w)  ? own_mul_mat(ctx.get(), *own.find(w), x, n_out, own_inputs)
-                      : exact      ? exact_mul_mat(ctx.get(), w, x)
-                                   : ggml_mul_mat(ctx.get(), w, x);
+    ggml_tensor * y = own.find(w) ? own_mul_mat(ctx.get(), *own.find(w), x, n_out, own_inputs)
+                      : exact     ? exact_mul_mat(ctx.get(), w, x)
+                                  : ggml_mul_mat(ctx.get(), w, x);
     ggml_cgraph * graph = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(graph, y);
     BufferPtr buffer(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_cpu_buffer_type()));

@@ -7,13 +7,19 @@
 
 namespace river::own {
 const Kernels * avx2_kernels() {
-    static const Kernels kernels{"avx2", group_kernel<Q4_0>, group_kernel<Q8_0>, group_kernel<QK_4_5<false>>,
-                                 group_kernel<QK_4_5<true>>, group_kernel<Q6_K>};
+    static const Kernels kernels{"avx2",
+                                 group_kernel<Q4_0>,
+                                 group_kernel<Q8_0>,
+                                 group_kernel<QK_4_5<false>>,
+                                 group_kernel<QK_4_5<true>>,
+                                 group_kernel<Q6_K>};
     return &kernels;
 }
 }  // namespace river::own
 #else
 namespace river::own {
-const Kernels * avx2_kernels() { return nullptr; }
+const Kernels * avx2_kernels() {
+    return nullptr;
+}
 }  // namespace river::own
 #endif

@@ -2,5 +2,7 @@
 #include "own_kernels.h"
 
 namespace river::own {
-const Kernels * neon_kernels() { return nullptr; }
+const Kernels * neon_kernels() {
+    return nullptr;
+}
 }  // namespace river::own

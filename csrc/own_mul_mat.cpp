@@ -100,7 +100,8 @@ ggml_tensor * own_mul_mat(ggml_context * ctx, const OwnMatrix & m, ggml_tensor *
                           OwnInputs & inputs) {
     if (cur->type != GGML_TYPE_F32 || cur->nb[0] != sizeof(float) || cur->ne[0] != m.n_in || cur->ne[2] != 1 ||
         cur->ne[3] != 1 || n_rows <= 0 || n_rows > m.n_rows) {
-        throw Error(std::string("own_mul_mat cannot multiply ") + ggml_get_name(m.packed) + " by " + ggml_get_name(cur));
+        throw Error(std::string("own_mul_mat cannot multiply ") + ggml_get_name(m.packed) + " by " +
+                    ggml_get_name(cur));
     }
     ggml_tensor * gemm_args[] = {m.packed, inputs.quantized(ctx, cur, m.layout->act)};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, n_rows, cur->ne[1], 1, 1, gemm_args, 2, gemm_op, GGML_N_TASKS_MAX,

@@ -6,8 +6,8 @@
 #pragma once
 
 #include <map>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-backend.h"

@@ -163,8 +163,7 @@ void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
             put_f16(group + group_q6_K::d, r, src + 208);
             break;
         }
-        default:
-            break;
+        default: break;
     }
 }
 
@@ -188,7 +187,9 @@ float column_scale(const uint8_t * x, size_t offset) {
     return d;
 }
 
-const int8_t * column_values(const uint8_t * x) { return reinterpret_cast<const int8_t *>(x); }
+const int8_t * column_values(const uint8_t * x) {
+    return reinterpret_cast<const int8_t *>(x);
+}
 
 // Value i of row r of a row group block.
 int32_t q4_0_value(const uint8_t * w, int64_t r, int64_t i) {
@@ -258,8 +259,8 @@ void reference_q8_0(const uint8_t * group, const uint8_t * cols, size_t col_byte
 
 // Q4_K and Q5_K: sum over sub-blocks of scale x dot, minus sum of min x column sum
 template <typename Value>
-float k_quant_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc, size_t scales, size_t mins,
-                      size_t d, size_t dmin, Value value) {
+float k_quant_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc, size_t scales, size_t mins, size_t d,
+                      size_t dmin, Value value) {
     int32_t isum = 0, msum = 0;
     for (int64_t j = 0; j < 8; ++j) {
         int32_t dot = 0;
@@ -278,10 +279,9 @@ void reference_q4_K(const uint8_t * group, const uint8_t * cols, size_t col_byte
                     float * out, size_t out_stride) {
     reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q4_K::bytes, k_act256_bytes,
                     [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        return k_quant_element(w, x, r, acc, group_q4_K::scales, group_q4_K::mins, group_q4_K::d, group_q4_K::dmin,
-                                               [](const uint8_t * w, int64_t r, int64_t i) {
-                                                   return k_nibble(w + group_q4_K::qs, r, i);
-                                               });
+                        return k_quant_element(
+                            w, x, r, acc, group_q4_K::scales, group_q4_K::mins, group_q4_K::d, group_q4_K::dmin,
+                            [](const uint8_t * w, int64_t r, int64_t i) { return k_nibble(w + group_q4_K::qs, r, i); });
                     });
 }
 
@@ -289,8 +289,8 @@ void reference_q5_K(const uint8_t * group, const uint8_t * cols, size_t col_byte
                     float * out, size_t out_stride) {
     reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q5_K::bytes, k_act256_bytes,
                     [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        return k_quant_element(w, x, r, acc, group_q5_K::scales, group_q5_K::mins, group_q5_K::d, group_q5_K::dmin,
-                                               q5_K_value);
+                        return k_quant_element(w, x, r, acc, group_q5_K::scales, group_q5_K::mins, group_q5_K::d,
+                                               group_q5_K::dmin, q5_K_value);
                     });
 }
 
@@ -416,8 +416,8 @@ GroupKernel Kernels::of(ggml_type type) const {
 }
 
 const Kernels & reference_kernels() {
-    static const Kernels kernels{"reference", reference_q4_0, reference_q8_0, reference_q4_K, reference_q5_K,
-                                 reference_q6_K};
+    static const Kernels kernels{"reference",    reference_q4_0, reference_q8_0,
+                                 reference_q4_K, reference_q5_K, reference_q6_K};
     return kernels;
 }
 

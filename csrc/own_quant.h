@@ -36,7 +36,6 @@ constexpr size_t k_act32_d = 32, k_act32_sum = 36, k_act32_bytes = 40;
 // of each of the 8 rows, byte b of row r at r * 4 + b.
 constexpr size_t k_slot = 32;
 
-
 namespace group_q4_0 {
 constexpr size_t qs = 0, d = 128, bytes = 144;   // qs: 4 slots, low nibbles values 4g.., high 16 + 4g..
 }
@@ -48,13 +47,15 @@ namespace group_q4_K {
 // scales: u8 [8 sub-blocks of 32][8 rows]; mins: u8 [4 pairs of sub-blocks][8 rows][2]
 // (a pair per row, for 16-bit pair dot products); d, dmin: f16 [8 rows]
 constexpr size_t qs = 0, scales = 1024, mins = 1088, d = 1152, dmin = 1168, bytes = 1184;
-constexpr size_t min_at(int64_t j, int64_t r) { return static_cast<size_t>((j / 2) * 16 + r * 2 + j % 2); }
+constexpr size_t min_at(int64_t j, int64_t r) {
+    return static_cast<size_t>((j / 2) * 16 + r * 2 + j % 2);
 }
+}  // namespace group_q4_K
 namespace group_q5_K {
 // as q4_K (mins at the same min_at), plus qh: 8 slots (group g): bit 2j of byte b is the fifth bit of value
 // 64j + 4g + b, bit 2j + 1 that of 64j + 32 + 4g + b
 constexpr size_t qs = 0, qh = 1024, scales = 1280, mins = 1344, d = 1408, dmin = 1424, bytes = 1440;
-}
+}  // namespace group_q5_K
 namespace group_q6_K {
 // 16 triples of slots, one after the other so that a kernel reads the block in order:
 // triple h = [low slot h, low slot h + 16, top slot h], where low slot s holds in its low
@@ -62,9 +63,13 @@ namespace group_q6_K {
 // top slot h in bits 2k, 2k + 1 of byte b the top 2 bits of value 4(h + 16k) + b.
 // scales: i8 [16 sub-blocks of 16][8 rows]; d: f16 [8 rows]
 constexpr size_t triple = 96, scales = 1536, d = 1664, bytes = 1680;
-constexpr size_t low_slot(int64_t s) { return static_cast<size_t>(s % 16) * triple + (s < 16 ? 0 : k_slot); }
-constexpr size_t top_slot(int64_t h) { return static_cast<size_t>(h) * triple + 2 * k_slot; }
+constexpr size_t low_slot(int64_t s) {
+    return static_cast<size_t>(s % 16) * triple + (s < 16 ? 0 : k_slot);
 }
+constexpr size_t top_slot(int64_t h) {
+    return static_cast<size_t>(h) * triple + 2 * k_slot;
+}
+}  // namespace group_q6_K
 
 struct TypeLayout {
     ggml_type type;
@@ -78,7 +83,9 @@ struct TypeLayout {
 const TypeLayout * layout_of(ggml_type type);
 
 // Row groups of a matrix with n_rows rows (the last one padded with zero rows).
-inline int64_t n_groups(int64_t n_rows) { return (n_rows + k_group_rows - 1) / k_group_rows; }
+inline int64_t n_groups(int64_t n_rows) {
+    return (n_rows + k_group_rows - 1) / k_group_rows;
+}
 
 // Bytes of a packed [n_in, n_rows] matrix of `type`.
 size_t packed_size(const TypeLayout & layout, int64_t n_in, int64_t n_rows);
