@@ -131,12 +131,23 @@ def demo_backbone(demo_model: Path) -> Path:
     return demo_backbone_path(progress=False)
 
 
-def _release_backbone(name: str, file_name: str) -> Path:
-    """The F16 backbone of a release that scripts/fetch_models.py assembles (skips without it)."""
+def _release(name: str, file_name: str) -> Path:
+    """A release that scripts/fetch_models.py assembles, as published (skips without it)."""
     release = models_dir() / file_name
     if not release.is_file():
         pytest.skip(f"{file_name} is not in {models_dir()}: run python scripts/fetch_models.py {name}")
-    return f16_backbone_path(release, progress=False)
+    return release
+
+
+def _release_backbone(name: str, file_name: str) -> Path:
+    """The F16 backbone of a release that scripts/fetch_models.py assembles (skips without it)."""
+    return f16_backbone_path(_release(name, file_name), progress=False)
+
+
+@pytest.fixture(scope="session")
+def qwen05_release() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct as released: Q5_0/Q8_0 with Q4_K/Q6_K tensors."""
+    return _release("qwen05", "Qwen2.5-Coder-0.5B-Instruct.gguf")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """What river-cpp runs on, for users and bug reports (`river-cpp info`): versions, ggml's
 backends and devices, the CPU, its default threads and their wait policy, its extra
-buffer types, RPC, the cache folder.
+buffer types, our own products' kernels, RPC, the cache folder.
 
 Asks no RPC server (a server that went away would abort the process) and loads no model.
 """
@@ -24,9 +24,11 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
     "memory_free", "memory_total", ...}], "cpu" {"model", "features" {name: value},
     "os_amx_flags" [...]}, "threads" {"default", "reason", "wait_policy" {"settings",
     "source", "description"}}, "extra_buffer_types" {"mode", "available", "allowed",
-    "verdicts" {name: {"usable", "reason"}}}, "rpc" bool, "cache" {"path", "bytes"}}.
+    "verdicts" {name: {"usable", "reason"}}}, "own_products" {"mode", "kernels", "types",
+    "reason", "kernels_here"}, "rpc" bool, "cache" {"path", "bytes"}}.
 
-    reprobe: probe the CPU's extra buffer types again instead of reading the cache.
+    reprobe: probe the CPU's extra buffer types and our own products' kernels again
+    instead of reading the cache.
     """
     import llama_cpp
 
@@ -35,8 +37,10 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
     from river_cpp.engine import _core
     from river_cpp.engine.cache import cache_dir
     from river_cpp.engine.extra_bufts import cpu_model, extra_bufts
+    from river_cpp.engine.own_products import own_products
 
     decision = extra_bufts(reprobe=reprobe)
+    own = own_products(reprobe=reprobe)
     cache = cache_dir()
     threads = default_thread_choice()
     waiting = wait_policy()
@@ -67,6 +71,13 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
             "available": list(decision.available),
             "allowed": list(decision.allowed),
             "verdicts": {n: {"usable": v.usable, "reason": v.reason} for n, v in decision.verdicts.items()},
+        },
+        "own_products": {
+            "mode": own.mode,
+            "kernels": own.kernels,
+            "types": list(own.types),
+            "reason": own.reason,
+            "kernels_here": _core.own_kernels(),
         },
         "rpc": _core.has_rpc(),
         "cache": {"path": str(cache), "bytes": folder_bytes(cache)},
@@ -138,6 +149,12 @@ def format_system_info(info: Mapping[str, Any]) -> str:
         lines.append(f"  {name:<16} {state:<9} {why}")
     if not extra["available"]:
         lines.append("  none")
+    own = info["own_products"]
+    lines.append(
+        f"own products       {', '.join(own['types']) or 'none'}"
+        + (f" on {own['kernels']}" if own["kernels"] else "")
+        + f" ({own['reason']}; kernels here: {', '.join(own['kernels_here'])})"
+    )
     cache = info["cache"]
     lines.append(f"cache              {cache['path']} ({_size(cache['bytes'])})")
     return "\n".join(lines)

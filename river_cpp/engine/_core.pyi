@@ -56,6 +56,27 @@ def cpu_features() -> list[tuple[str, str]]:
 def ggml_version() -> dict[str, str]:
     """{"version", "commit"} of the ggml this process runs."""
 
+def own_kernels() -> list[str]:
+    """The own products' kernels this CPU runs, fastest first; "reference" (the definition) last."""
+
+def quantize_rows(type: str, values: npt.ArrayLike) -> npt.NDArray[np.uint8]:
+    """values [n_out, n_in] quantized by ggml to `type`: the raw rows, as a GGUF file holds them."""
+
+def row_products(
+    type: str,
+    data: npt.NDArray[np.uint8],
+    n_out: int,
+    n_in: int,
+    inputs: npt.ArrayLike,
+    buffer_type: str = "",
+    exact: bool = False,
+    n_threads: int = 1,
+    own: str = "",
+) -> npt.NDArray[np.float32]:
+    """inputs @ w.T for the raw matrix w of `type` ([n_out, n_in]): by ggml_mul_mat from the
+    plain layout or the extra buffer type, by the exact product, or by our own product with
+    the kernels named `own`."""
+
 def cpu_extra_buffer_types() -> list[str]:
     """The CPU device's extra buffer types ("AMX", "CPU_REPACK", ...), in ggml's order
     of preference. Which of them are safe to use is river_cpp.engine.extra_bufts's business."""
@@ -117,9 +138,14 @@ class Engine:
         reuse_graphs: bool = True,
         exact: str = "on",
         exact_rows: int = 129,
+        own_types: Sequence[str] = (),
+        own_kernels: str = "auto",
     ) -> None:
         """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
         repacked into (none by default); RiverError for a name this ggml lacks.
+        own_types: the weight types ("q4_K", ...) whose host matrices take our own
+        batch-invariant products in every forward, on own_kernels ("auto": the fastest
+        here; see own_kernels()); matrices they take are not repacked.
         reuse_graphs: keep decode graphs for later steps (False: build every graph afresh).
         exact: in batches of at most exact_rows tokens that are not a prompt (see
         forward), each row as a one-token step computes it, bit for bit: "on" (except
@@ -167,6 +193,12 @@ class Engine:
     @property
     def repacked_by_buffer_type(self) -> dict[str, int]:
         """How many host matrices place() put into each CPU extra buffer type."""
+    @property
+    def own_products(self) -> dict[str, int]:
+        """How many matrices place() packed for our own products, by weight type."""
+    @property
+    def own_kernels(self) -> str:
+        """The kernels our own products run on ("" where no matrix takes them)."""
     @property
     def graph_stats(self) -> dict[str, float]:
         """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset."""

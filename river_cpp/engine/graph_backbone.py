@@ -22,8 +22,8 @@ from river_cpp.engine._ggml import set_ggml_verbosity
 from river_cpp.engine.backbone import ROUTES, check_n_past, check_token_ids
 from river_cpp.engine.context import check_fits
 from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
-from river_cpp.engine.own_products import OwnProducts, own_products
 from river_cpp.engine.load_options import LoadOptions, positive_int
+from river_cpp.engine.own_products import OwnProducts, own_products
 from river_cpp.engine.placement import Placement, offload_devices, plan_placement
 from river_cpp.engine.policy import ExitPolicy, check_policy
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river

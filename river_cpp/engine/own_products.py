@@ -23,7 +23,8 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from river_cpp.engine.extra_bufts import Verdict, cache_key, cached_probe
 ENV = "RIVER_CPP_OWN_PRODUCTS"
 # The weight types our products cover, as ggml names them.
 COVERED = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K")
+BLOCK_VALUES = {"q4_0": 32, "q8_0": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256}
 # Two row groups and a part one (odd rows), two K-quant blocks; one column and a batch.
 PROBE_N_OUT, PROBE_N_IN, PROBE_BATCHES = 21, 512, (1, 17)
 CACHE_FOLDER = "own_products"
@@ -46,6 +48,10 @@ class OwnProducts:
     kernels: str  # the kernels' name; "" where none are used
     types: tuple[str, ...]
     reason: str  # "probe: ok: q4_0, ...", "RIVER_CPP_OWN_PRODUCTS=none", ...
+
+
+# What a backbone that takes none of our products reports (the llama.cpp backbone).
+NONE = OwnProducts("none", "", (), "not the graph backbone")
 
 
 def mode_from_env() -> str:
@@ -74,12 +80,35 @@ def own_products(mode: Optional[str] = None, *, reprobe: bool = False) -> OwnPro
         return OwnProducts(mode, mode, COVERED, f"{ENV}={mode}, unprobed")
     kernels = _core.own_kernels()[0]
     key = {**cache_key(), "probe": "own_products", "kernels": kernels}
-    verdict: Verdict = cached_probe(
-        [kernels], key, reprobe=reprobe, command=_child_command, folder=CACHE_FOLDER
-    )[kernels]
+    verdict: Verdict = cached_probe([kernels], key, reprobe=reprobe, command=_child_command, folder=CACHE_FOLDER)[
+        kernels
+    ]
     if not verdict.usable:
         return OwnProducts(mode, "", (), f"the probe of the {kernels} kernels: {verdict.reason}")
     return OwnProducts(mode, kernels, COVERED, f"the {kernels} kernels passed the probe")
+
+
+def model_products(path: Union[str, Path], own: OwnProducts) -> dict[str, dict[str, Any]]:
+    """Which products the graph backbone multiplies each weight type of the model at
+    `path` with, on this host: {type: {"matrices": count, "product": "ours (avx2)" or
+    "ggml"}}. Reads the file's header only. The token embedding counts where the model
+    has no output matrix (it is then the LM head)."""
+    from river_cpp.engine.gguf_info import GgufInfo
+
+    info = GgufInfo.read(path)
+    has_output = info.tensor("output.weight") is not None
+    products: dict[str, dict[str, Any]] = {}
+    for tensor in info.tensors:
+        if len(tensor.shape) != 2 or tensor.type in ("f32",) or not tensor.name.endswith(".weight"):
+            continue
+        if tensor.name == "token_embd.weight" and has_output:
+            continue  # only looked up, never multiplied
+        ours = tensor.type in own.types and int(tensor.shape[0]) % BLOCK_VALUES[tensor.type] == 0
+        entry = products.setdefault(
+            tensor.type, {"matrices": 0, "product": f"ours ({own.kernels})" if ours else "ggml"}
+        )
+        entry["matrices"] += 1
+    return products
 
 
 def _child_command(kernels: str) -> list[str]:
@@ -99,8 +128,10 @@ def run_child(kernels: str) -> dict:
         for n_tokens in PROBE_BATCHES:
             inputs = rng.standard_normal((n_tokens, PROBE_N_IN), dtype=np.float32)
 
-            def product(own: str) -> list:
-                return _core.row_products(type_name, data, PROBE_N_OUT, PROBE_N_IN, inputs, n_threads=2, own=own).tolist()
+            def product(own: str, type_name=type_name, data=data, inputs=inputs) -> list:
+                return _core.row_products(
+                    type_name, data, PROBE_N_OUT, PROBE_N_IN, inputs, n_threads=2, own=own
+                ).tolist()
 
             products.append({"type": type_name, "plain": product(""), "extra": product(kernels)})
     return {"products": products}

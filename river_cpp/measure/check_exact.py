@@ -6,8 +6,8 @@ Two measurements (`river-cpp check-exact MODEL` prints both):
 - ops: one real matrix of each weight type in the file, and attention's two products
   on an F16 cache at two depths, multiplied by k columns at once and by each column
   alone, through ggml's own kernels (the plain layout and each extra buffer type that
-  takes the matrix) and through the exact product (csrc/exact_ops.*); the largest
-  |difference| of a row per k.
+  takes the matrix), through the exact product (csrc/exact_ops.*) and through our own
+  products (csrc/own_*) where they cover the type; the largest |difference| of a row per k.
 - forward: a real text at several cache depths d. Position d + i is computed as plain
   decoding computes it (d + i positions cached, one token) and as row i of a k-row
   forward from depth d; per named node of the graph (`wq-3`, `kq-3`, `ffn_down-3`, ...),
@@ -91,12 +91,15 @@ def op_table(
     n_threads: int = 2,
     buffer_types: Optional[Sequence[str]] = None,
     depths: Sequence[int] = (256, 768),
+    own_kernels: str = "",
 ) -> list[OpRow]:
     """The ops measurement on the file at `path`: one matrix of each 2-D weight type
     (the first such tensor), and attention's products at cache depths `depths` (n_kv
-    cells). buffer_types: the extra buffer types to try (None: every one ggml has)."""
+    cells). buffer_types: the extra buffer types to try (None: every one ggml has).
+    own_kernels: also our own products on these kernels, for the types they cover ("": not)."""
     from river_cpp.engine import _core
     from river_cpp.engine.gguf_info import GgufInfo
+    from river_cpp.engine.own_products import COVERED
 
     info = GgufInfo.read(path)
     extra = list(_core.cpu_extra_buffer_types() if buffer_types is None else buffer_types)
@@ -104,11 +107,14 @@ def op_table(
     rows: list[OpRow] = []
 
     def measure(op: str, type_name: str, data: np.ndarray, n_out: int, n_in: int, inputs: np.ndarray) -> None:
-        kernels = [("ggml", "", False)] + [(f"ggml {b}", b, False) for b in extra] + [("exact_mul_mat", "", True)]
-        for kernel, buft, exact in kernels:
+        kernels = [("ggml", "", False, "")] + [(f"ggml {b}", b, False, "") for b in extra]
+        kernels.append(("exact_mul_mat", "", True, ""))
+        if own_kernels and type_name in COVERED:
+            kernels.append((f"own ({own_kernels})", "", False, own_kernels))
+        for kernel, buft, exact, own in kernels:
 
-            def product(x, buft=buft, exact=exact):
-                return _core.row_products(type_name, data, n_out, n_in, x, buft, exact, n_threads)
+            def product(x, buft=buft, exact=exact, own=own):
+                return _core.row_products(type_name, data, n_out, n_in, x, buft, exact, n_threads, own)
 
             try:
                 rows.append(OpRow(op, type_name, kernel, _row_diffs(product, inputs, ks)))
@@ -183,15 +189,25 @@ def forward_check(
     extra_bufts: Sequence[str] = (),
     exact: str = "on",
     n_ctx: int = 2048,
+    own_types: Sequence[str] = (),
+    own_kernels: str = "auto",
 ) -> ForwardCheck:
     """The forward measurement on the file at `path` (see the module's docstring), on
-    an engine with `extra_bufts` and `exact` ("on", "bitwise" or "off")."""
+    an engine with `extra_bufts`, `exact` ("on", "bitwise" or "off") and our own products
+    for `own_types` on `own_kernels` (river_cpp.engine.own_products)."""
     from river_cpp.engine import _core
     from river_cpp.engine.gguf_info import GgufInfo
     from river_cpp.engine.tokenizer import Tokenizer
 
     engine = _core.Engine(
-        str(path), n_ctx=n_ctx, n_batch=512, n_threads=n_threads, cpu_extra_bufts=list(extra_bufts), exact=exact
+        str(path),
+        n_ctx=n_ctx,
+        n_batch=512,
+        n_threads=n_threads,
+        cpu_extra_bufts=list(extra_bufts),
+        exact=exact,
+        own_types=list(own_types),
+        own_kernels=own_kernels,
     )
     info = GgufInfo.read(path)
     weight_type = {}
@@ -256,6 +272,8 @@ def threads_check(
     k: int = MAX_K,
     extra_bufts: Sequence[str] = (),
     exact: str = "on",
+    own_types: Sequence[str] = (),
+    own_kernels: str = "auto",
 ) -> dict[int, float]:
     """Whether logits depend on the thread count: the prompt's last position, k plain
     steps and a k-row forward from `depth`, on engines of each count; n_threads -> the
@@ -267,7 +285,14 @@ def threads_check(
     results = {}
     for n_threads in thread_counts:
         engine = _core.Engine(
-            str(path), n_ctx=2048, n_batch=512, n_threads=n_threads, cpu_extra_bufts=list(extra_bufts), exact=exact
+            str(path),
+            n_ctx=2048,
+            n_batch=512,
+            n_threads=n_threads,
+            cpu_extra_bufts=list(extra_bufts),
+            exact=exact,
+            own_types=list(own_types),
+            own_kernels=own_kernels,
         )
         rows = [engine.forward(ids[:depth], True)]
         rows += [engine.forward(ids[depth + i : depth + i + 1], True) for i in range(k)]

@@ -44,24 +44,42 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from river_cpp.engine._ggml import set_ggml_verbosity
     from river_cpp.engine.extra_bufts import extra_bufts
+    from river_cpp.engine.own_products import own_products
     from river_cpp.measure.check_exact import format_forward, format_ops, forward_check, op_table, threads_check
 
     set_ggml_verbosity(False)
     ks = tuple(range(2, args.max_k + 1))
     bufts = extra_bufts(args.extra_bufts)
+    own = own_products()
     print(f"threads {args.threads}; extra buffer types allowed: {', '.join(bufts.allowed) or 'none'}")
+    print(f"own products: {', '.join(own.types) or 'none'} ({own.reason})")
     if not args.no_ops:
         print("\n## Products: a row of a k-column batch against the same column alone, largest |difference|\n")
-        print(format_ops(op_table(args.model, ks=ks, n_threads=args.threads, buffer_types=bufts.allowed)))
+        table = op_table(args.model, ks=ks, n_threads=args.threads, buffer_types=bufts.allowed, own_kernels=own.kernels)
+        print(format_ops(table))
     depths = tuple(int(d) for d in args.depths.split(","))
     for mode in args.exact:
         print(f"\n## Forward, exact={mode}: row i of a k-row forward against plain decoding's step, per node\n")
         check = forward_check(
-            args.model, depths=depths, ks=ks, n_threads=args.threads, extra_bufts=bufts.allowed, exact=mode
+            args.model,
+            depths=depths,
+            ks=ks,
+            n_threads=args.threads,
+            extra_bufts=bufts.allowed,
+            exact=mode,
+            own_types=own.types,
+            own_kernels=own.kernels or "auto",
         )
         print(format_forward(check))
         if args.thread_counts:
             counts = tuple(int(n) for n in args.thread_counts.split(","))
-            diffs = threads_check(args.model, counts, extra_bufts=bufts.allowed, exact=mode)
+            diffs = threads_check(
+                args.model,
+                counts,
+                extra_bufts=bufts.allowed,
+                exact=mode,
+                own_types=own.types,
+                own_kernels=own.kernels or "auto",
+            )
             print("\nlargest |logit difference| from", counts[0], "threads:", diffs)
     return 0

@@ -26,7 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print river_cpp.system_info() as JSON")
     p.add_argument(
-        "--reprobe", action="store_true", help="probe the CPU's extra buffer types again instead of reading the cache"
+        "--reprobe",
+        action="store_true",
+        help="probe the CPU's extra buffer types and our own products' kernels again instead of reading the cache",
     )
     p.add_argument(
         "--retime",
@@ -47,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         from river_cpp._cpus import default_n_threads
         from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
+        from river_cpp.engine.own_products import NONE, model_products, own_products
         from river_cpp.engine.river_choice import choose_river
 
         backbone = choose_backbone(args.model)
         info["backbone"] = {"kind": backbone.kind, "arch": backbone.arch, "reason": backbone.reason}
+        info["backbone"]["products"] = model_products(args.model, own_products() if backbone.kind == GRAPH else NONE)
         if backbone.kind == GRAPH:
             choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
             info["river_choice"] = choice.as_dict()
@@ -65,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_system_info(info))
         if backbone is not None:
             print(f"{args.model}\n" + backbone.describe())
+            products = info["backbone"]["products"]
+            print("matrix products: " + "; ".join(f"{t} x{p['matrices']}: {p['product']}" for t, p in products.items()))
             if "memory" in info["backbone"]:
                 from river_cpp.engine.llama_backbone import MEMORY_NOTES
 
