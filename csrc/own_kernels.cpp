@@ -2,6 +2,13 @@
 
 #include "common.h"
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)   // Linux's AArch64 bit for the dot products, where the libc lacks its name
+#endif
+#endif
+
 namespace river::own {
 
 namespace {
@@ -21,8 +28,19 @@ bool cpu_runs(const Kernels * kernels) {
         return avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
     }
 #endif
-    // the NEON table is built only where the compiler targets dot-product Arm cores
-    return name == "neon";
+#if defined(__aarch64__)
+    // the NEON kernels use the dot-product extension (sdot), which not every aarch64 CPU has
+    if (name == "neon") {
+#if defined(__APPLE__)
+        return true;   // every arm64 Mac has it
+#elif defined(__linux__)
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+        return false;
+#endif
+    }
+#endif
+    return false;
 }
 
 }  // namespace
