@@ -54,16 +54,20 @@ void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     std::vector<float> tail;   // the last row group's 8 rows, where n_rows is not a multiple of 8
     for (int64_t c0 = 0; c0 < n_cols; c0 += block) {
         const int64_t nc = std::min(block, n_cols - c0);
-        for (int64_t g = first; g < last; ++g) {
+        const uint8_t * block_cols = quantized + c0 * col_bytes;
+        int64_t g = first;
+        // whole row groups, two at a time where there are two
+        while (g < last && (g + 1) * own::k_group_rows <= n_rows) {
+            const int n = g + 1 < last && (g + 2) * own::k_group_rows <= n_rows ? 2 : 1;
+            kernel(packed + g * group_bytes, group_bytes, n, block_cols, col_bytes, n_blocks, nc,
+                   out + c0 * out_stride + g * own::k_group_rows, out_stride);
+            g += n;
+        }
+        if (g < last) {   // the part group: its 8 rows into `tail`, the real ones copied out
             const int64_t r0 = g * own::k_group_rows;
-            const uint8_t * group = packed + g * group_bytes;
-            if (r0 + own::k_group_rows <= n_rows) {
-                kernel(group, quantized + c0 * col_bytes, col_bytes, n_blocks, nc, out + c0 * out_stride + r0,
-                       out_stride);
-                continue;
-            }
             tail.resize(static_cast<size_t>(nc * own::k_group_rows));
-            kernel(group, quantized + c0 * col_bytes, col_bytes, n_blocks, nc, tail.data(), own::k_group_rows);
+            kernel(packed + g * group_bytes, group_bytes, 1, block_cols, col_bytes, n_blocks, nc, tail.data(),
+                   own::k_group_rows);
             for (int64_t c = 0; c < nc; ++c) {
                 std::memcpy(out + (c0 + c) * out_stride + r0, tail.data() + c * own::k_group_rows,
                             sizeof(float) * static_cast<size_t>(n_rows - r0));

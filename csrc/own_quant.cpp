@@ -217,23 +217,27 @@ int32_t q6_K_value(const uint8_t * w, int64_t r, int64_t i) {
 }
 
 template <typename Element>
-void reference_group(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
-                     float * out, size_t out_stride, size_t block_bytes, size_t act_bytes, Element element) {
-    for (int64_t c = 0; c < n_cols; ++c) {
-        for (int64_t r = 0; r < k_group_rows; ++r) {
-            float acc = 0.0f;
-            for (int64_t b = 0; b < n_blocks; ++b) {
-                acc = element(group + b * block_bytes, cols + c * col_bytes + b * act_bytes, r, acc);
+void reference_group(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                     int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride, size_t block_bytes,
+                     size_t act_bytes, Element element) {
+    for (int gi = 0; gi < n_groups; ++gi) {
+        for (int64_t c = 0; c < n_cols; ++c) {
+            for (int64_t r = 0; r < k_group_rows; ++r) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < n_blocks; ++b) {
+                    acc = element(groups + gi * group_stride + b * block_bytes, cols + c * col_bytes + b * act_bytes, r,
+                                  acc);
+                }
+                out[c * out_stride + gi * k_group_rows + r] = acc;
             }
-            out[c * out_stride + r] = acc;
         }
     }
 }
 
-void reference_q4_0(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
-                    float * out, size_t out_stride) {
-    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q4_0::bytes, k_act32_bytes,
-                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+void reference_q4_0(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q4_0::bytes, k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
                         int32_t isum = 0;
                         for (int64_t i = 0; i < 32; ++i) {
                             isum += q4_0_value(w, r, i) * column_values(x)[i];
@@ -244,10 +248,10 @@ void reference_q4_0(const uint8_t * group, const uint8_t * cols, size_t col_byte
                     });
 }
 
-void reference_q8_0(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
-                    float * out, size_t out_stride) {
-    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q8_0::bytes, k_act32_bytes,
-                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+void reference_q8_0(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q8_0::bytes, k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
                         int32_t isum = 0;
                         for (int64_t i = 0; i < 32; ++i) {
                             isum += q8_0_value(w, r, i) * column_values(x)[i];
@@ -275,29 +279,29 @@ float k_quant_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc
     return std::fmaf(-(f16(w + dmin + 2 * r) * dx), static_cast<float>(msum), acc);
 }
 
-void reference_q4_K(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
-                    float * out, size_t out_stride) {
-    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q4_K::bytes, k_act256_bytes,
-                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+void reference_q4_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q4_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
                         return k_quant_element(
                             w, x, r, acc, group_q4_K::scales, group_q4_K::mins, group_q4_K::d, group_q4_K::dmin,
                             [](const uint8_t * w, int64_t r, int64_t i) { return k_nibble(w + group_q4_K::qs, r, i); });
                     });
 }
 
-void reference_q5_K(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
-                    float * out, size_t out_stride) {
-    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q5_K::bytes, k_act256_bytes,
-                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+void reference_q5_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q5_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
                         return k_quant_element(w, x, r, acc, group_q5_K::scales, group_q5_K::mins, group_q5_K::d,
                                                group_q5_K::dmin, q5_K_value);
                     });
 }
 
-void reference_q6_K(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks, int64_t n_cols,
-                    float * out, size_t out_stride) {
-    reference_group(group, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_q6_K::bytes, k_act256_bytes,
-                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+void reference_q6_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q6_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
                         // sum over sub-blocks of 16 of scale x (dot - 32 x column sum)
                         int32_t isum = 0;
                         for (int64_t s = 0; s < 16; ++s) {

@@ -100,10 +100,12 @@ size_t act_column_bytes(ActFormat format, int64_t n_in);
 // every kernel, so a column quantizes to the same bytes wherever it is.
 void quantize_column(ActFormat format, const float * x, int64_t n_in, void * dst);
 
-// One row group (8 rows, n_blocks blocks at `group`) times n_cols quantized columns
-// (column c at cols + c * col_bytes): out[c * out_stride + r] for r < 8.
-using GroupKernel = void (*)(const uint8_t * group, const uint8_t * cols, size_t col_bytes, int64_t n_blocks,
-                             int64_t n_cols, float * out, size_t out_stride);
+// n_groups (1 or 2) row groups of 8 rows (n_blocks blocks each; group gi's at groups +
+// gi * group_stride) times n_cols quantized columns (column c at cols + c * col_bytes):
+// out[c * out_stride + gi * 8 + r]. Two groups at once let a kernel reuse each column
+// load for 16 rows; the result is the same bits either way.
+using GroupKernel = void (*)(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols,
+                             size_t col_bytes, int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride);
 
 // The kernels of one instruction set, by covered type; nullptr where it has none.
 struct Kernels {
