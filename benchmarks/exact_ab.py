@@ -3,6 +3,7 @@ decoding's speed, and identical answers, with exact="off" (ggml's kernels by bat
 size, as before issue 40), "on" (the default) and "bitwise", interleaved prompt by prompt.
 
     python benchmarks/exact_ab.py -m MODEL.gguf [-t 2] [--prompts 16] [--chat-prompts 10] [--tokens 256] [--control]
+        [--temperature 0.8 --seed 7]
 
 On a quiet machine only (`uptime`); --json writes the summaries.
 """
@@ -30,6 +31,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument(
         "--control", action="store_true", help="run plain again after the default: the decode ratios' noise (A/A)"
     )
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sample at this temperature, top_p 0.95 (default 0: greedy)"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="the sampling seed of every call (with --temperature)")
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
     runs = run(
@@ -39,6 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         max_tokens=args.tokens,
         n_threads=args.threads,
         control=args.control,
+        sampling={"temperature": args.temperature, "top_p": 0.95, "seed": args.seed} if args.temperature > 0 else None,
     )
     summaries = [r.summary() for r in runs]
     for s in summaries:

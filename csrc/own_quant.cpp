@@ -324,11 +324,14 @@ inline float round_even(float v) {
     return (v + magic) - magic;
 }
 
-// Quantizes n values (a block) to int8 with scale amax / 127; returns the scale.
+// Quantizes n values (a block) to int8 with scale amax / 127; returns the scale. A NaN
+// or infinity makes the scale non-finite, so that the product's outputs are too (the
+// engine then names the weights that failed) rather than quietly finite.
 float quantize_block(const float * x, int64_t n, int8_t * q) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; ++i) {
-        amax = std::max(amax, std::fabs(x[i]));
+        const float a = std::fabs(x[i]);
+        amax = (a > amax || a != a) ? a : amax;   // keeps a NaN once met
     }
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
     for (int64_t i = 0; i < n; ++i) {

@@ -14,7 +14,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from river_cpp import RiverModel
 
@@ -74,11 +74,14 @@ def run(
     max_tokens: int = 256,
     n_threads: int = 2,
     control: bool = False,
+    sampling: Optional[Mapping[str, Any]] = None,
 ) -> list[ModeRun]:
     """Each mode's runs on the file at `path` (no river: the default's free drafts),
     over `prompts` (set name: how many of its prompts). With `control`, plain decoding
     runs again after the default, and its decode speed over the first run's is the
-    noise an answer's ratio must be read against (an A/A control)."""
+    noise an answer's ratio must be read against (an A/A control). sampling: the
+    sampling options of every call, plain and drafted alike (None: greedy)."""
+    sampling = dict(sampling or {})
     models = {
         mode: RiverModel(path, n_ctx=4096, n_threads=n_threads, river=None, progress=False, exact=mode)
         for mode in modes
@@ -90,8 +93,8 @@ def run(
             by_mode = {mode: ModeRun(mode, kind) for mode in modes}
             for prompt in prompt_set(tokenizer, kind, n_prompts):
                 for mode, model in models.items():
-                    plain, plain_speed, plain_decode = _timed(model, prompt, max_tokens, speculative=False)
-                    drafted, default_speed, default_decode = _timed(model, prompt, max_tokens)
+                    plain, plain_speed, plain_decode = _timed(model, prompt, max_tokens, speculative=False, **sampling)
+                    drafted, default_speed, default_decode = _timed(model, prompt, max_tokens, **sampling)
                     entry = by_mode[mode]
                     entry.answers += 1
                     entry.identical += drafted == plain
@@ -103,7 +106,7 @@ def run(
                     if plain_decode > 0 and default_decode > 0:  # answers of one token have no decode
                         entry.decode_ratios.append(default_decode / plain_decode)
                     if control and plain_decode > 0:
-                        _, _, again = _timed(model, prompt, max_tokens, speculative=False)
+                        _, _, again = _timed(model, prompt, max_tokens, speculative=False, **sampling)
                         entry.control_ratios.append(again / plain_decode)
             runs += by_mode.values()
         return runs

@@ -157,7 +157,7 @@ class Engine:
         """Append ids and return their logits ([len(ids) or 1, n_vocab]); tokens leave
         the backbone as `exit` says (None: every token runs the full backbone).
         prompt: the ids are a prompt, which every decoding prefills alike, so its rows
-        take ggml's fastest kernels whatever the exact mode."""
+        take the fastest kernels whatever the exact mode (ours where they cover a matrix)."""
     def check_exit(self, exit: ExitConfig) -> None:
         """RiverError unless `exit` fits this model (forward checks the one it is given)."""
     def load_river(self, path: str) -> None: ...

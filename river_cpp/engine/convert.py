@@ -30,13 +30,14 @@ _CHUNK_VALUES = 1 << 22
 CONVERT_TYPES = {
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
 }
 
 
 def convert(src: PathLike, dst: PathLike, *, type: str = "f16", progress: bool = True) -> Path:
     """Write a copy of the GGUF file `src` with its matrices in `type` (one of
     CONVERT_TYPES) to `dst` and return `dst`, as convert_to_f16 does for F16 (a Q8_0
-    copy of a release: its dequantized values quantized again)."""
+    or Q4_0 copy of a release: its dequantized values quantized again)."""
     if type not in CONVERT_TYPES:
         raise ValueError(f"type must be one of {', '.join(CONVERT_TYPES)}, got {type!r}")
     src, dst = Path(src), Path(dst)

@@ -224,9 +224,17 @@ class GraphBackbone:
 
     def describe_buffer_types(self) -> str:
         """Lines for `river-cpp generate -v`: the buffer types holding the host's weights
-        (the CPU's extra types with their matrix counts, and those not used and why)."""
+        (our own products' layout and the CPU's extra types with their matrix counts, and
+        those not used and why)."""
         decision, used = self.extra_bufts, self.engine.repacked_by_buffer_type
+        packed = self.engine.own_products
         lines = [f"host buffer types ({ENV}={decision.mode}):"]
+        if packed:
+            counts = ", ".join(f"{n} {t}" for t, n in packed.items())
+            kernels = self.engine.own_kernels
+            lines.append(f"  {'own':<12} {sum(packed.values())} matrices ({counts}), our own products on {kernels}")
+        else:
+            lines.append(f"  {'own':<12} not used: {self.own_products.reason}")
         for name in decision.available:
             if name not in decision.allowed:
                 state = "not used: " + decision.why_not(name)
@@ -434,7 +442,8 @@ class GraphBackbone:
         ids [0, exit_vocab) (their other logits are -inf; None: all): a speculative
         draft's head is a large share of its cost, and BPE vocabularies put frequent
         tokens first. `prompt`: the ids are a prompt, which every decoding prefills
-        alike, so its rows take ggml's fastest kernels whatever `exact` says. Raises
+        alike, so its rows take the fastest kernels whatever `exact` says (our own products, the
+        same bits as a step, where they cover the matrix; else ggml's). Raises
         RiverError when an RPC server holding part of the model went away (and from
         then on).
         """

@@ -116,12 +116,25 @@ def test_host_matrices_are_repacked(demo_backbone, monkeypatch):
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the repacked Q4_0 layouts this checks are the x86-64 ones")
     monkeypatch.delenv("RIVER_CPP_CACHE_DIR", raising=False)
+    monkeypatch.setenv("RIVER_CPP_OWN_PRODUCTS", "none")  # ggml's kernels: what CPU_REPACK is for
     decision = extra_bufts()
     if REPACK not in decision.allowed:
         pytest.skip(f"this host does not use {REPACK}: {decision.why_not(REPACK)}")
     with RiverModel(demo_backbone, river="q4_0", river_head="q4_0", n_ctx=64, progress=False) as model:
         # every river matrix and its head: 7 per layer + 1
         assert model.engine.repacked_tensors >= 7 * model.n_layer + 1
+
+
+def test_our_products_take_the_matrices_of_the_types_they_cover(demo_backbone, monkeypatch):
+    """With our own products (the default where their probe passed), the Q4_0 river's
+    matrices are packed for them and none is left to CPU_REPACK."""
+    monkeypatch.delenv("RIVER_CPP_CACHE_DIR", raising=False)
+    monkeypatch.setenv("RIVER_CPP_OWN_PRODUCTS", "reference")  # whatever this CPU runs
+    with RiverModel(demo_backbone, river="q4_0", river_head="q4_0", n_ctx=64, progress=False) as model:
+        model.forward([1, 2])
+        assert model.engine.own_products.get("q4_0", 0) >= 7 * model.n_layer + 1
+        assert model.engine.own_kernels == "reference"
+        assert model.engine.repacked_tensors == 0
 
 
 def test_each_forward_runs_under_the_exit_config_it_is_given(tiny_llama4, river_cache):

@@ -298,6 +298,7 @@ def test_an_unreadable_cache_file_is_probed_again(river_cache, fresh_memory):
 @pytest.mark.parametrize("mode", ["none", "repack", "all"])
 def test_the_engine_repacks_only_into_allowed_types(tiny_llama, monkeypatch, mode):
     monkeypatch.setenv(eb.ENV, mode)
+    monkeypatch.setenv("RIVER_CPP_OWN_PRODUCTS", "none")  # else ours take the Q4_0 river, not CPU_REPACK
     with RiverModel(tiny_llama, river="q4_0", n_ctx=64, progress=False) as model:
         used = model.engine.repacked_by_buffer_type
         assert set(used) <= set(model.extra_bufts.allowed)

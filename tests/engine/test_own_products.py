@@ -167,3 +167,13 @@ def test_a_model_without_own_types_packs_nothing(qwen05_release):
     engine = _core.Engine(str(qwen05_release), 256, 256, 2)
     engine.forward([1000, 1001], True)
     assert engine.own_products == {} and engine.own_kernels == ""
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_column_gives_non_finite_outputs(bad):
+    """A NaN or infinity in a column (a poisoned weight upstream) must not be quantized
+    into a finite column: the engine names the weights by their non-finite logits."""
+    x = columns(2, 512)
+    x[1, 300] = bad
+    out = own("q4_K", matrix("q4_K", 8, 512), 8, 512, x)
+    assert np.isfinite(out[0]).all() and not np.isfinite(out[1]).any()

@@ -41,7 +41,12 @@ SPLITS = [("tiny_llama4", k) for k in (0, 1, 2)] + [
 
 @pytest.mark.parametrize("fixture, k", SPLITS)
 @pytest.mark.slow
-def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path):
+def test_static_split_equals_llama_cpp_hybrid(fixture, k, request, tmp_path, monkeypatch):
+    # The graph's wiring against llama.cpp's, with the same kernels on both sides: these
+    # random models' logits reach ~60, where our own products' columns (F32 scales per
+    # 32 values, llama.cpp's F16) move them by 1-2, as much as a wrong route would.
+    # test_static_split_real_models compares our own products with llama.cpp's.
+    monkeypatch.setenv("RIVER_CPP_OWN_PRODUCTS", "none")
     backbone = request.getfixturevalue(fixture)
     with RiverModel(backbone, **PAPER_RIVER, policy=ExitPolicy.at_layer(k), n_ctx=128) as model:
         ids = model.tokenize(PROMPT)
