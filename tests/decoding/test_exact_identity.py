@@ -3,9 +3,11 @@
 seeded sampling, and a JSON-schema constrained decode (the engine's exact rows,
 csrc/exact_ops.*; tests/engine/test_exact.py checks the rows themselves).
 
-The default engine runs without the CPU's repacked layouts (RIVER_CPP_EXTRA_BUFTS=none):
-a product by a repacked matrix is ggml's, whose batched GEMM differs from its GEMV;
-exact="bitwise" keeps the backbone out of them whatever the host allows.
+The engine runs as users get it: our own products (csrc/own_*) take the Q4_K, Q6_K and
+Q8_0 matrices, so nothing is left for the CPU's repacked layouts, whose batched GEMM
+differs from their GEMV. Where our products' probe failed on a host, the repacked layouts
+are turned off instead (RIVER_CPP_EXTRA_BUFTS=none); exact="bitwise" keeps the backbone
+out of them whatever the host allows.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from river_cpp import RiverModel
 from river_cpp.decoding.grammar import Grammar, schema_grammar
 from river_cpp.engine.cache import models_dir
 from river_cpp.engine.convert import convert
+from river_cpp.engine.own_products import own_products
 
 from river_bench.prompts import prompt_set
 
@@ -46,7 +49,8 @@ def model(request, release, tmp_path_factory) -> RiverModel:
     if request.param == "q8_0":
         path = convert(release, tmp_path_factory.mktemp("q8_0") / "qwen05-q8_0.gguf", type="q8_0", progress=False)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RIVER_CPP_EXTRA_BUFTS", "none")
+        if not own_products().types:
+            patch.setenv("RIVER_CPP_EXTRA_BUFTS", "none")
         patch.setenv("RIVER_CPP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         with RiverModel(path, n_ctx=2048, n_threads=2, river=None, progress=False) as model:
             yield model
