@@ -414,8 +414,10 @@ def _interleaved(model, ids: list[int], runs: Mapping[object, dict]) -> dict[obj
 
 def _cache_path(path: Path, n_threads: int) -> Path:
     from river_cpp.engine.extra_bufts import extra_bufts
+    from river_cpp.engine.own_products import own_products
 
-    key = f"{path.resolve()}|{n_threads}|{','.join(extra_bufts().allowed)}"
+    # timings hold for the products that made them: the layouts and our own kernels
+    key = f"{path.resolve()}|{n_threads}|{','.join(extra_bufts().allowed)}|own:{own_products().kernels}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / CACHE_FOLDER / f"{path.stem}-{digest}.json"
 
