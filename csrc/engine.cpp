@@ -218,28 +218,28 @@ void Engine::place(const Placement & placement) {
     backbone_.output_norm = copies->on(head_dev, backbone_.output_norm);
     river_.output = copies->on(placement_device(placement.river_head), river_.output);
     copies->upload();
-    // a bitwise engine multiplies the backbone's host matrices in their plain layout
-    std::vector<ggml_tensor **> matrices;
-    if (params_.exact != ExactMode::bitwise) {
-        matrices = matrix_slots(backbone_.layers, backbone_.output);
-    }
-    if (has_river()) {
-        const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
-        matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
-    }
+    const std::vector<ggml_tensor **> backbone_matrices = matrix_slots(backbone_.layers, backbone_.output);
+    const std::vector<ggml_tensor **> river_matrices =
+        has_river() ? matrix_slots(river_.layers, river_.output) : std::vector<ggml_tensor **>{};
     const std::vector<ggml_backend_buffer_t> host_buffers{weight_buffer_.get(), river_buffer_.get()};
+    // our own products take every host matrix of their types, backbone and river (they are
+    // batch-invariant, so a bitwise engine keeps its identity)
     if (!params_.own_types.empty()) {
-        std::vector<ggml_tensor **> all = matrix_slots(backbone_.layers, backbone_.output);
-        if (has_river()) {
-            const std::vector<ggml_tensor **> river_matrices = matrix_slots(river_.layers, river_.output);
-            all.insert(all.end(), river_matrices.begin(), river_matrices.end());
-        }
+        std::vector<ggml_tensor **> all = backbone_matrices;
+        all.insert(all.end(), river_matrices.begin(), river_matrices.end());
         own_.pack(all, host_buffers, own_types(params_.own_types), own::kernels_named(params_.own_kernels),
                   params_.use_mmap);
-        matrices.erase(std::remove_if(matrices.begin(), matrices.end(),
-                                      [&](ggml_tensor ** slot) { return own_.find(*slot) != nullptr; }),
-                       matrices.end());
     }
+    // the rest may be repacked, except that a bitwise engine multiplies the backbone's host
+    // matrices in their plain layout
+    std::vector<ggml_tensor **> matrices;
+    if (params_.exact != ExactMode::bitwise) {
+        matrices = backbone_matrices;
+    }
+    matrices.insert(matrices.end(), river_matrices.begin(), river_matrices.end());
+    matrices.erase(std::remove_if(matrices.begin(), matrices.end(),
+                                  [&](ggml_tensor ** slot) { return own_.find(*slot) != nullptr; }),
+                   matrices.end());
     repacked_.repack(matrices, host_buffers, params_.cpu_extra_bufts);
     device_weights_ = std::move(copies);
 

@@ -64,15 +64,17 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_in, n_tokens);
     OwnMatrices own;
     OwnInputs own_inputs;
+    const OwnMatrix * packed = nullptr;
     if (!own_kernels.empty()) {
         if (!own::layout_of(type)) {
             throw Error(std::string("our own products do not cover ") + ggml_type_name(type));
         }
         own.pack({&w}, {weight_buffer.get()}, {type}, own::kernels_named(own_kernels), false);
+        packed = own.find(w);
     }
-    ggml_tensor * y = own.find(w) ? own_mul_mat(ctx.get(), *own.find(w), x, n_out, own_inputs)
-                      : exact     ? exact_mul_mat(ctx.get(), w, x)
-                                  : ggml_mul_mat(ctx.get(), w, x);
+    ggml_tensor * y = packed  ? own_mul_mat(ctx.get(), *packed, x, n_out, own_inputs)
+                      : exact ? exact_mul_mat(ctx.get(), w, x)
+                              : ggml_mul_mat(ctx.get(), w, x);
     ggml_cgraph * graph = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(graph, y);
     BufferPtr buffer(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_cpu_buffer_type()));

@@ -109,8 +109,7 @@ class GraphBackbone:
             cpu_extra_bufts=list(self.extra_bufts.allowed),
             reuse_graphs=bool(options.reuse_graphs),
             exact=options.engine_exact,
-            own_types=list(self.own_products.types),
-            own_kernels=self.own_products.kernels or "auto",
+            **self.own_products.engine_arguments(),
         )
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None

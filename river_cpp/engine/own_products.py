@@ -49,6 +49,10 @@ class OwnProducts:
     types: tuple[str, ...]
     reason: str  # "probe: ok: q4_0, ...", "RIVER_CPP_OWN_PRODUCTS=none", ...
 
+    def engine_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of _core.Engine that ask for these products."""
+        return {"own_types": list(self.types), "own_kernels": self.kernels or "auto"}
+
 
 # What a backbone that takes none of our products reports (the llama.cpp backbone).
 NONE = OwnProducts("none", "", (), "not the graph backbone")

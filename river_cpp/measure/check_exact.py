@@ -27,6 +27,8 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from river_cpp.engine.own_products import COVERED, NONE, OwnProducts
+
 # Positions cached before the compared ones: below and above 512 cells (where ggml's
 # CPU attention changes paths in llama.cpp's flash attention; our graph's n_kv padding
 # changes at every 256).
@@ -99,7 +101,6 @@ def op_table(
     own_kernels: also our own products on these kernels, for the types they cover ("": not)."""
     from river_cpp.engine import _core
     from river_cpp.engine.gguf_info import GgufInfo
-    from river_cpp.engine.own_products import COVERED
 
     info = GgufInfo.read(path)
     extra = list(_core.cpu_extra_buffer_types() if buffer_types is None else buffer_types)
@@ -148,6 +149,23 @@ def op_table(
 # ---------------------------------------------------------------- forward
 
 
+def _engine(
+    path: Union[str, Path], n_ctx: int, n_threads: int, extra_bufts: Sequence[str], exact: str, own: OwnProducts
+):
+    """An engine on the file at `path` as the forward and thread checks measure it."""
+    from river_cpp.engine import _core
+
+    return _core.Engine(
+        str(path),
+        n_ctx=n_ctx,
+        n_batch=512,
+        n_threads=n_threads,
+        cpu_extra_bufts=list(extra_bufts),
+        exact=exact,
+        **own.engine_arguments(),
+    )
+
+
 def text_tokens(tokenizer, n: int) -> list[int]:
     """At least n tokens of real text: standard-library source code."""
     import difflib
@@ -189,26 +207,16 @@ def forward_check(
     extra_bufts: Sequence[str] = (),
     exact: str = "on",
     n_ctx: int = 2048,
-    own_types: Sequence[str] = (),
-    own_kernels: str = "auto",
+    own: OwnProducts = NONE,
 ) -> ForwardCheck:
     """The forward measurement on the file at `path` (see the module's docstring), on
     an engine with `extra_bufts`, `exact` ("on", "bitwise" or "off") and our own products
-    for `own_types` on `own_kernels` (river_cpp.engine.own_products)."""
+    `own` (river_cpp.engine.own_products; NONE: ggml's kernels)."""
     from river_cpp.engine import _core
     from river_cpp.engine.gguf_info import GgufInfo
     from river_cpp.engine.tokenizer import Tokenizer
 
-    engine = _core.Engine(
-        str(path),
-        n_ctx=n_ctx,
-        n_batch=512,
-        n_threads=n_threads,
-        cpu_extra_bufts=list(extra_bufts),
-        exact=exact,
-        own_types=list(own_types),
-        own_kernels=own_kernels,
-    )
+    engine = _engine(path, n_ctx, n_threads, extra_bufts, exact, own)
     info = GgufInfo.read(path)
     weight_type = {}
     for tensor in info.tensors:
@@ -272,28 +280,17 @@ def threads_check(
     k: int = MAX_K,
     extra_bufts: Sequence[str] = (),
     exact: str = "on",
-    own_types: Sequence[str] = (),
-    own_kernels: str = "auto",
+    own: OwnProducts = NONE,
 ) -> dict[int, float]:
     """Whether logits depend on the thread count: the prompt's last position, k plain
     steps and a k-row forward from `depth`, on engines of each count; n_threads -> the
     largest |difference| from the first count's logits (0: bit-identical)."""
-    from river_cpp.engine import _core
     from river_cpp.engine.tokenizer import Tokenizer
 
     ids = text_tokens(Tokenizer(str(path)), depth + k)
     results = {}
     for n_threads in thread_counts:
-        engine = _core.Engine(
-            str(path),
-            n_ctx=2048,
-            n_batch=512,
-            n_threads=n_threads,
-            cpu_extra_bufts=list(extra_bufts),
-            exact=exact,
-            own_types=list(own_types),
-            own_kernels=own_kernels,
-        )
+        engine = _engine(path, 2048, n_threads, extra_bufts, exact, own)
         rows = [engine.forward(ids[:depth], True)]
         rows += [engine.forward(ids[depth + i : depth + i + 1], True) for i in range(k)]
         engine.rewind(depth)

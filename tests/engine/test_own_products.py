@@ -21,7 +21,7 @@ GGUF_TYPES = {
     "q5_K": gguf.GGMLQuantizationType.Q5_K,
     "q6_K": gguf.GGMLQuantizationType.Q6_K,
 }
-BLOCK = {"q4_0": 32, "q8_0": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256}
+BLOCK = op.BLOCK_VALUES
 KERNELS = _core.own_kernels()
 FASTEST = KERNELS[0]
 

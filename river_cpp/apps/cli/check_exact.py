@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
             n_threads=args.threads,
             extra_bufts=bufts.allowed,
             exact=mode,
-            own_types=own.types,
-            own_kernels=own.kernels or "auto",
+            own=own,
         )
         print(format_forward(check))
         if args.thread_counts:
@@ -78,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
                 counts,
                 extra_bufts=bufts.allowed,
                 exact=mode,
-                own_types=own.types,
-                own_kernels=own.kernels or "auto",
+                own=own,
             )
             print("\nlargest |logit difference| from", counts[0], "threads:", diffs)
     return 0
