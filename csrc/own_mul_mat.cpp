@@ -127,7 +127,7 @@ void OwnMatrices::pack(const std::vector<ggml_tensor **> & tensors,
         ggml_tensor * w = *slot;
         if (std::find(host_buffers.begin(), host_buffers.end(), w->buffer) == host_buffers.end() ||
             std::find(types.begin(), types.end(), w->type) == types.end() || !own_mul_mat_supports(w) ||
-            matrices_.count(w) || std::find(chosen.begin(), chosen.end(), w) != chosen.end()) {
+            std::find(chosen.begin(), chosen.end(), w) != chosen.end()) {   // one matrix in two slots: once
             continue;
         }
         chosen.push_back(w);

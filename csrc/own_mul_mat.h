@@ -54,7 +54,7 @@ public:
     OwnMatrices(const OwnMatrices &) = delete;
     OwnMatrices & operator=(const OwnMatrices &) = delete;
 
-    // Packs each of `tensors` that lives in one of `host_buffers` (the mapped files),
+    // Once, at load: packs each of `tensors` that lives in one of `host_buffers` (the mapped files),
     // is of a type in `types` and own_mul_mat_supports, multiplied by `kernels`. The
     // slots keep ggml's tensors (token lookups read them). Where the buffers map files
     // (`mapped`), a packed matrix's pages are given back to the system, to be read again
