@@ -25,7 +25,7 @@ namespace {
 using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, bool last_only,
-                                  const river::ExitConfig * exit, bool prompt) {
+                                  const river::ExitConfig * exit, bool prompt, int64_t seq) {
     if (ids.ndim() != 1) {
         throw river::Error("token ids must be a 1-D sequence");
     }
@@ -36,35 +36,62 @@ py::array_t<float> engine_forward(river::Engine & engine, const IdArray & ids, b
     float * out = logits.mutable_data();
     {
         py::gil_scoped_release release;
-        engine.forward(id_data, n, last_only, exit, out, prompt);
+        engine.forward(id_data, n, last_only, exit, out, prompt, seq);
     }
     return logits;
 }
 
-py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t pos, int64_t n) {
+// rows: (seq, ids, last_only, prompt) per sequence -> their logits, in that order
+py::list engine_forward_many(river::Engine & engine, const py::list & rows, const river::ExitConfig * exit) {
+    std::vector<IdArray> ids;   // kept alive while the engine reads them
+    std::vector<py::array_t<float>> logits;
+    std::vector<river::SeqRows> seq_rows;
+    for (const py::handle & row : rows) {
+        const auto [seq, id_list, last_only, prompt] = row.cast<std::tuple<int64_t, py::object, bool, bool>>();
+        IdArray array = IdArray::ensure(id_list);
+        if (!array || array.ndim() != 1) {
+            throw river::Error("token ids must be a 1-D sequence");
+        }
+        const int64_t n = array.shape(0);
+        logits.emplace_back(std::vector<py::ssize_t>{last_only ? 1 : n, engine.hparams().n_vocab});
+        seq_rows.push_back({seq, array.data(), n, last_only, prompt, logits.back().mutable_data()});
+        ids.push_back(std::move(array));
+    }
+    {
+        py::gil_scoped_release release;
+        engine.forward_many(seq_rows, exit);
+    }
+    py::list out;
+    for (auto & l : logits) {
+        out.append(l);
+    }
+    return out;
+}
+
+py::tuple engine_read_kv(const river::Engine & engine, int64_t layer, int64_t pos, int64_t n, int64_t seq) {
     const int64_t n_embd_kv = engine.hparams().n_embd_kv();
     py::array_t<float> k({n, n_embd_kv});
     py::array_t<float> v({n, n_embd_kv});
-    engine.read_kv(layer, pos, n, k.mutable_data(), v.mutable_data());
+    engine.read_kv(layer, pos, n, k.mutable_data(), v.mutable_data(), seq);
     return py::make_tuple(k, v);
 }
 
-py::bytes engine_save_kv(const river::Engine & engine, int64_t n) {
+py::bytes engine_save_kv(const river::Engine & engine, int64_t n, int64_t seq) {
     std::vector<uint8_t> state;
     {
         py::gil_scoped_release release;
-        state = engine.save_kv(n);
+        state = engine.save_kv(n, seq);
     }
     return py::bytes(reinterpret_cast<const char *>(state.data()), state.size());
 }
 
-void engine_load_kv(river::Engine & engine, int64_t n, const py::buffer & data) {
+void engine_load_kv(river::Engine & engine, int64_t n, const py::buffer & data, int64_t seq) {
     const py::buffer_info info = data.request();
     if (info.ndim != 1 || info.itemsize != 1 || info.strides[0] != 1) {
         throw river::Error("load_kv takes the bytes save_kv returned (a contiguous byte buffer)");
     }
     py::gil_scoped_release release;
-    engine.load_kv(n, static_cast<const uint8_t *>(info.ptr), static_cast<size_t>(info.size));
+    engine.load_kv(n, static_cast<const uint8_t *>(info.ptr), static_cast<size_t>(info.size), seq);
 }
 
 river::ExactMode exact_mode(const std::string & name) {
@@ -256,8 +283,10 @@ PYBIND11_MODULE(_core, m) {
     py::class_<river::Engine>(m, "Engine")
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
                          std::vector<std::string> cpu_extra_bufts, bool reuse_graphs, const std::string & exact,
-                         int64_t exact_rows, std::vector<std::string> own_types, const std::string & own_kernels) {
+                         int64_t exact_rows, std::vector<std::string> own_types, const std::string & own_kernels,
+                         int64_t n_seq) {
                  river::EngineParams params;
+                 params.n_seq = n_seq;
                  params.reuse_graphs = reuse_graphs;
                  params.exact = exact_mode(exact);
                  params.exact_rows = exact_rows;
@@ -273,11 +302,16 @@ PYBIND11_MODULE(_core, m) {
              py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true,
              py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true,
              py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows,
-             py::arg("own_types") = std::vector<std::string>{}, py::arg("own_kernels") = "auto")
+             py::arg("own_types") = std::vector<std::string>{}, py::arg("own_kernels") = "auto", py::arg("n_seq") = 1)
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
-             py::arg("prompt") = false,
-             "Append ids and return their logits; tokens leave the backbone as `exit` (an ExitConfig) says, "
-             "None: the full backbone. prompt: the ids are a prompt (see EngineParams::exact_rows).")
+             py::arg("prompt") = false, py::arg("seq") = 0,
+             "Append ids to sequence `seq` and return their logits; tokens leave the backbone as `exit` (an "
+             "ExitConfig) says, None: the full backbone. prompt: the ids are a prompt (see "
+             "EngineParams::exact_rows).")
+        .def("forward_many", &engine_forward_many, py::arg("rows"), py::arg("exit") = py::none(),
+             "Several sequences' tokens in one batch: rows of (seq, ids, last_only, prompt), each sequence at "
+             "most once; their logits, in that order, each row as its sequence alone computes it. exit: None "
+             "(the full backbone) or a configuration that exits at depth 0.")
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
         .def("check_files", &river::Engine::check_files,
@@ -315,15 +349,17 @@ PYBIND11_MODULE(_core, m) {
         .def("reset_graph_stats", &river::Engine::reset_graph_stats)
         .def_property_readonly("fallback_ops", &river::Engine::fallback_ops)
         .def_property_readonly("reuse_graphs", &river::Engine::reuse_graphs)
-        .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"))
-        .def("save_kv", &engine_save_kv, py::arg("n"),
-             "The cache's first n positions, every layer's K and V (the river's rows among them), as bytes.")
-        .def("load_kv", &engine_load_kv, py::arg("n"), py::arg("data"),
-             "Put back what save_kv(n) returned: the cache then holds those n positions.")
-        .def("rewind", &river::Engine::rewind, py::arg("n_past"))
-        .def("reset", &river::Engine::reset)
+        .def("read_kv", &engine_read_kv, py::arg("layer"), py::arg("pos"), py::arg("n"), py::arg("seq") = 0)
+        .def("save_kv", &engine_save_kv, py::arg("n"), py::arg("seq") = 0,
+             "A sequence's first n positions, every layer's K and V (the river's rows among them), as bytes.")
+        .def("load_kv", &engine_load_kv, py::arg("n"), py::arg("data"), py::arg("seq") = 0,
+             "Put back what save_kv(n) returned: the sequence then holds those n positions.")
+        .def("rewind", &river::Engine::rewind, py::arg("n_past"), py::arg("seq") = 0)
+        .def("reset", &river::Engine::reset, py::arg("seq") = 0)
+        .def("seq_n_past", &river::Engine::n_past, py::arg("seq"), "Positions sequence `seq` holds.")
+        .def_property_readonly("n_seq", &river::Engine::n_seq)
         .def_property("n_threads", &river::Engine::n_threads, &river::Engine::set_n_threads)
-        .def_property_readonly("n_past", &river::Engine::n_past)
+        .def_property_readonly("n_past", [](const river::Engine & e) { return e.n_past(0); })
         .def_property_readonly("n_ctx", &river::Engine::n_ctx)
         .def_property_readonly("n_layer", [](const river::Engine & e) { return e.hparams().n_layer; })
         .def_property_readonly("n_vocab", [](const river::Engine & e) { return e.hparams().n_vocab; })

@@ -86,6 +86,9 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     if (params.n_batch <= 0) {
         throw Error("n_batch must be positive, got " + std::to_string(params.n_batch));
     }
+    if (params.n_seq <= 0) {
+        throw Error("n_seq must be positive, got " + std::to_string(params.n_seq));
+    }
     load_backends();
     for (const std::string & name : params.cpu_extra_bufts) {
         cpu_extra_buffer_type(name);   // throws for a name this ggml lacks, before any work
@@ -179,7 +182,7 @@ PlacementSizes Engine::placement_sizes() const {
     }
     sizes.backbone_head = bytes_of({backbone_.output, backbone_.output_norm});
     sizes.river_head = bytes_of({river_.output});
-    sizes.kv_cache = KvCache::size_for(hp_, params_.n_ctx);
+    sizes.kv_cache = KvCache::size_for(hp_, params_.n_ctx, params_.n_seq);
     return sizes;
 }
 
@@ -252,7 +255,7 @@ void Engine::place(const Placement & placement) {
     }
     ggml_backend_dev_t kv_dev = placement_device(placement.kv_cache);
     kv_ = std::make_unique<KvCache>(
-        hp_, params_.n_ctx,
+        hp_, params_.n_ctx, params_.n_seq,
         kv_dev ? ggml_backend_dev_buffer_type(kv_dev) : ggml_backend_get_default_buffer_type(cpu_backend_));
 
     ggml_init_params state_params{ggml_tensor_overhead(), nullptr, true};
@@ -286,10 +289,18 @@ std::map<std::string, std::vector<std::string>> Engine::fallback_ops() const {
     return ops;
 }
 
-void Engine::rewind(int64_t n_past) {
+int64_t Engine::n_past(int64_t seq) const {
+    if (seq < 0 || seq >= params_.n_seq) {
+        throw Error("sequence " + std::to_string(seq) + " is not in the KV cache (it holds sequences 0 to " +
+                    std::to_string(params_.n_seq - 1) + ")");
+    }
+    return kv_ ? kv_->n_past(seq) : 0;
+}
+
+void Engine::rewind(int64_t n_past, int64_t seq) {
     if (kv_) {
-        kv_->rewind(n_past);
-    } else if (n_past != 0) {
+        kv_->rewind(seq, n_past);
+    } else if (n_past != 0 || this->n_past(seq) != 0) {
         throw Error("cannot rewind the KV cache to " + std::to_string(n_past) + " (it holds 0 positions)");
     }
 }
@@ -335,22 +346,29 @@ void Engine::check_exit(const ExitConfig & config) const {
 
 // ---------------------------------------------------------------- forward
 
-void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits,
-                     bool prompt) {
-    if (n_ids <= 0) {
-        throw Error("forward needs at least one token");
-    }
+void Engine::check_forward(const std::vector<SeqRows> & rows, const ExitConfig * exit) {
     if (exit) {
         check_exit(*exit);
     }
-    if (n_past() + n_ids > n_ctx()) {
-        throw Error("context overflow: " + std::to_string(n_past()) + " cached + " + std::to_string(n_ids) +
-                    " new tokens exceed n_ctx = " + std::to_string(n_ctx()));
-    }
-    for (int64_t i = 0; i < n_ids; ++i) {
-        if (ids[i] < 0 || ids[i] >= hp_.n_vocab) {
-            throw Error("token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
-                        " is outside the vocabulary [0, " + std::to_string(hp_.n_vocab) + ")");
+    std::vector<bool> seen(static_cast<size_t>(params_.n_seq), false);
+    for (const SeqRows & r : rows) {
+        if (r.n_ids <= 0) {
+            throw Error("forward needs at least one token");
+        }
+        const int64_t held = n_past(r.seq);   // throws for a sequence the cache does not hold
+        if (seen[r.seq]) {
+            throw Error("sequence " + std::to_string(r.seq) + " appears twice in one forward");
+        }
+        seen[r.seq] = true;
+        if (held + r.n_ids > n_ctx()) {
+            throw Error("context overflow: " + std::to_string(held) + " cached + " + std::to_string(r.n_ids) +
+                        " new tokens exceed n_ctx = " + std::to_string(n_ctx()));
+        }
+        for (int64_t i = 0; i < r.n_ids; ++i) {
+            if (r.ids[i] < 0 || r.ids[i] >= hp_.n_vocab) {
+                throw Error("token id " + std::to_string(r.ids[i]) + " at index " + std::to_string(i) +
+                            " is outside the vocabulary [0, " + std::to_string(hp_.n_vocab) + ")");
+            }
         }
     }
     check_files();
@@ -361,8 +379,13 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
         host.river_layers.assign(has_river() ? hp_.n_layer : 0, k_host_device);
         place(host);
     }
+}
+
+void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits,
+                     bool prompt, int64_t seq) {
+    check_forward({SeqRows{seq, ids, n_ids, last_only, prompt, logits}}, exit);
     last_exit_layers_.clear();
-    const int64_t n_past_before = n_past();
+    const int64_t n_past_before = n_past(seq);
     try {
         for (int64_t start = 0; start < n_ids; start += params_.n_batch) {
             const int64_t n = std::min(params_.n_batch, n_ids - start);
@@ -373,11 +396,60 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
             } else if (is_last) {
                 out = logits;
             }
-            const int64_t depth = forward_batch(ids + start, n, last_only, exit, out, prompt);
+            const BatchData batch = batch_data({SeqRows{seq, ids + start, n, last_only, prompt, out}});
+            const int64_t depth = forward_batch(batch, exit);
             last_exit_layers_.insert(last_exit_layers_.end(), n, static_cast<int32_t>(depth));
         }
     } catch (...) {
-        kv_->rewind(n_past_before);
+        kv_->rewind(seq, n_past_before);
+        throw;
+    }
+}
+
+bool Engine::decides_by_check(const ExitConfig & exit) const {
+    const int64_t depth_limit = has_river() ? hp_.n_layer - exit.tail_layers : 0;
+    if (depth_limit <= 0 || exit.thresholds[0] < 1.0f) {
+        return false;   // no river layer runs, or every one does
+    }
+    for (int64_t d = 1; d < depth_limit; ++d) {
+        if (std::isfinite(exit.thresholds[d]) || exit.thresholds[d] < 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void Engine::forward_many(const std::vector<SeqRows> & rows, const ExitConfig * exit) {
+    if (rows.empty()) {
+        throw Error("forward_many needs at least one sequence");
+    }
+    if (exit) {
+        check_exit(*exit);
+    }
+    if (exit && decides_by_check(*exit)) {
+        throw Error("a forward of several sequences runs the full backbone or every layer on the river: "
+                    "an exit decided by a check would depend on every sequence in the batch");
+    }
+    check_forward(rows, exit);
+    int64_t n_tokens = 0;
+    for (const SeqRows & r : rows) {
+        n_tokens += r.n_ids;
+    }
+    if (n_tokens > params_.n_batch) {
+        throw Error("a forward of several sequences takes at most n_batch = " + std::to_string(params_.n_batch) +
+                    " tokens, got " + std::to_string(n_tokens));
+    }
+    std::vector<int64_t> n_past_before;
+    for (const SeqRows & r : rows) {
+        n_past_before.push_back(n_past(r.seq));
+    }
+    try {
+        const int64_t depth = forward_batch(batch_data(rows), exit);
+        last_exit_layers_.assign(n_tokens, static_cast<int32_t>(depth));
+    } catch (...) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+            kv_->rewind(rows[i].seq, n_past_before[i]);
+        }
         throw;
     }
 }
@@ -410,8 +482,7 @@ void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored
 
 // Sequence-level exit: the whole batch leaves at the first checked depth where the
 // least similar token passes. Returns the exit depth (n_layer: never left).
-int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, const ExitConfig * exit,
-                              float * logits, bool prompt) {
+int64_t Engine::forward_batch(const BatchData & batch, const ExitConfig * exit) {
     const int64_t n_layer = hp_.n_layer;
     const ExitConfig & config = exit ? *exit : k_full_backbone;
     // Exiting at or after this depth would run no river layer at all.
@@ -425,23 +496,22 @@ int64_t Engine::forward_batch(const int32_t * ids, int64_t n_tokens, bool last_o
         return n_layer;
     };
 
-    const BatchData batch = batch_data(ids, n_tokens, prompt);
     int64_t done = 0;   // backbone layers this batch has run
     last_similarities_.assign(n_layer, std::numeric_limits<float>::quiet_NaN());
     if (depth_limit > 0 && config.thresholds[0] < 1.0f) {
-        run_segment({0, n_layer, 0, false, config}, batch, last_only, logits);
+        run_segment({0, n_layer, 0, false, config}, batch);
         return 0;
     }
     for (int64_t check = next_check(0); check < n_layer; check = next_check(check)) {
-        const float similarity = run_segment({done, check, n_layer, true, config}, batch, false, nullptr);
+        const float similarity = run_segment({done, check, n_layer, true, config}, batch);
         done = check;
         last_similarities_[check] = similarity;
         if (similarity > config.thresholds[check]) {
-            run_segment({done, n_layer, done, false, config}, batch, last_only, logits);
+            run_segment({done, n_layer, done, false, config}, batch);
             return done;
         }
     }
-    run_segment({done, n_layer, n_layer, false, config}, batch, last_only, logits);
+    run_segment({done, n_layer, n_layer, false, config}, batch);
     return n_layer;
 }
 
@@ -470,59 +540,82 @@ ggml_tensor * Engine::state_view(ggml_context * ctx, int64_t n_tokens) const {
     return ggml_view_2d(ctx, state_, hp_.n_embd, n_tokens, state_->nb[1], 0);
 }
 
-Engine::BatchData Engine::batch_data(const int32_t * ids, int64_t n_tokens, bool prompt) const {
-    const int64_t n_past = kv_->n_past(), n_ctx = kv_->n_ctx();
-    BatchData batch{ids, std::min(GGML_PAD(n_past + n_tokens, k_kv_padding), n_ctx), {}, {}, {}, {}, {}};
-    batch.exact = params_.exact != ExactMode::off && !prompt && n_tokens <= params_.exact_rows;
-    const int64_t n_kv = batch.n_kv;
+Engine::BatchData Engine::batch_data(const std::vector<SeqRows> & rows) const {
+    BatchData batch;
+    const int64_t n_cells = kv_->n_cells(), n_embd_kv = hp_.n_embd_kv();
     const float masked = -std::numeric_limits<float>::infinity();
-    batch.positions.resize(n_tokens);
-    batch.kq_mask.resize(n_kv * n_tokens);
-    for (int64_t i = 0; i < n_tokens; ++i) {
-        batch.positions[i] = static_cast<int32_t>(n_past + i);
-        // token i (position n_past + i) sees cache positions 0 .. n_past + i
-        for (int64_t j = 0; j < n_kv; ++j) {
-            batch.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : masked;
-        }
-    }
-    if (hp_.has_swa()) {
-        // and in sliding-window layers only the last n_swa of them, itself included
-        batch.kq_mask_swa = batch.kq_mask;
+    bool all_rows = true;   // the head scores every row
+    for (const SeqRows & r : rows) {
+        const int64_t n_past = kv_->n_past(r.seq), n_tokens = r.n_ids, first_cell = kv_->first_cell(r.seq);
+        SeqData seq{r.seq, batch.n_tokens(), n_tokens, std::min(GGML_PAD(n_past + n_tokens, k_kv_padding), n_ctx()),
+                    params_.exact != ExactMode::off && !r.prompt && n_tokens <= params_.exact_rows, r.last_only,
+                    r.logits, {}, {}};
+        const int64_t n_kv = seq.n_kv;
+        seq.kq_mask.resize(n_kv * n_tokens);
         for (int64_t i = 0; i < n_tokens; ++i) {
-            for (int64_t j = 0; j <= n_past + i - hp_.n_swa; ++j) {
-                batch.kq_mask_swa[i * n_kv + j] = masked;
+            // token i (position n_past + i) sees the sequence's positions 0 .. n_past + i
+            for (int64_t j = 0; j < n_kv; ++j) {
+                seq.kq_mask[i * n_kv + j] = j <= n_past + i ? 0.0f : masked;
             }
         }
-    }
-    const int64_t n_embd_kv = hp_.n_embd_kv();
-    batch.k_rows.resize(n_tokens);
-    batch.v_rows.resize(n_embd_kv * n_tokens);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        batch.k_rows[t] = n_past + t;
-        for (int64_t c = 0; c < n_embd_kv; ++c) {
-            batch.v_rows[t * n_embd_kv + c] = c * n_ctx + n_past + t;
+        if (hp_.has_swa()) {
+            // and in sliding-window layers only the last n_swa of them, itself included
+            seq.kq_mask_swa = seq.kq_mask;
+            for (int64_t i = 0; i < n_tokens; ++i) {
+                for (int64_t j = 0; j <= n_past + i - hp_.n_swa; ++j) {
+                    seq.kq_mask_swa[i * n_kv + j] = masked;
+                }
+            }
         }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const int64_t cell = first_cell + n_past + t;
+            batch.ids.push_back(r.ids[t]);
+            batch.positions.push_back(static_cast<int32_t>(n_past + t));
+            batch.k_rows.push_back(cell);
+            for (int64_t c = 0; c < n_embd_kv; ++c) {
+                batch.v_rows.push_back(c * n_cells + cell);
+            }
+            if (!r.last_only || t == n_tokens - 1) {
+                batch.out_rows.push_back(static_cast<int32_t>(seq.first_row + t));
+            }
+        }
+        all_rows = all_rows && !r.last_only;
+        batch.exact = batch.exact || seq.exact;
+        batch.seqs.push_back(std::move(seq));
+    }
+    // v_rows is in (token, dim) order, as the graph reshapes Vcur
+    if (all_rows || rows.size() == 1) {
+        batch.out_rows.clear();   // the graph takes all rows, or a view of the last
     }
     return batch;
 }
 
-void Engine::build_segment(const Segment & seg, bool last_only, bool exact, ggml_context * ctx, ggml_cgraph * gf,
+void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_context * ctx, ggml_cgraph * gf,
                            ComputeGraph & out) {
-    const int64_t n_tokens = out.in.n_tokens, n_kv = out.in.n_kv;
+    const int64_t n_tokens = key.n_tokens;
     BatchInputs & in = out.in;
+    in.n_tokens = n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
-    in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n_tokens);
     in.k_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_tokens);
     in.v_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, hp_.n_embd_kv() * n_tokens);
-    for (ggml_tensor * t : {in.positions, in.kq_mask, in.k_rows, in.v_rows}) {
+    for (ggml_tensor * t : {in.positions, in.k_rows, in.v_rows}) {
         ggml_set_input(t);
     }
-    if (hp_.has_swa()) {
-        in.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n_tokens);
-        ggml_set_input(in.kq_mask_swa);
+    int64_t first_row = 0, n_out = 0;
+    for (const SeqKey & k : key.seqs) {
+        SeqAttention seq{k.first_cell, first_row, k.n_tokens, k.n_kv, k.exact, nullptr, nullptr};
+        seq.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k.n_kv, k.n_tokens);
+        ggml_set_input(seq.kq_mask);
+        if (hp_.has_swa()) {
+            seq.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k.n_kv, k.n_tokens);
+            ggml_set_input(seq.kq_mask_swa);
+        }
+        in.seqs.push_back(seq);
+        first_row += k.n_tokens;
+        n_out += k.last_only ? 1 : k.n_tokens;
     }
     GraphContext g{ctx, gf, hp_, *kv_, in, backbone_.rope_freqs};
-    g.exact = exact;
+    g.exact = key.exact;
     g.exact_float_weights = params_.exact == ExactMode::bitwise;
     OwnInputs own_inputs;
     g.own = &own_;
@@ -552,9 +645,14 @@ void Engine::build_segment(const Segment & seg, bool last_only, bool exact, ggml
         ggml_build_forward_expand(gf, out.similarity);
     }
     if (seg.end_layer == hp_.n_layer) {
-        if (last_only) {
+        if (n_out == 1 && n_tokens > 1) {
             // [n_embd, 1]: only the last position needs the (large) head
             inpL = ggml_view_2d(ctx, inpL, hp_.n_embd, 1, inpL->nb[1], inpL->nb[1] * (n_tokens - 1));
+        } else if (n_out < n_tokens) {
+            // [n_embd, n_out]: each sequence's rows that it asks logits of
+            in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_out);
+            ggml_set_input(in.out_rows);
+            inpL = ggml_get_rows(ctx, inpL, in.out_rows);
         }
         out.result = build_head(g, backbone_.output_norm, head_weights(ctx, seg), inpL);
         ggml_set_output(out.result);
@@ -564,7 +662,7 @@ void Engine::build_segment(const Segment & seg, bool last_only, bool exact, ggml
     }
 }
 
-float Engine::run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits) {
+float Engine::run_segment(const Segment & seg, const BatchData & batch) {
     const int64_t n_tokens = batch.n_tokens();
     const bool has_head = seg.end_layer == hp_.n_layer;
     GraphKey key;
@@ -580,20 +678,16 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     key.head_vocab = has_head ? head_vocab(seg) : 0;
     key.similarity = seg.similarity;
     key.signal = seg.similarity ? static_cast<int>(seg.exit.signal) : 0;
-    key.last_only = has_head && last_only;
     key.n_tokens = n_tokens;
-    key.n_kv = batch.n_kv;
     key.exact = batch.exact;
+    for (const SeqData & seq : batch.seqs) {
+        key.seqs.push_back({kv_->first_cell(seq.seq), seq.n_tokens, seq.n_kv, seq.exact, has_head && seq.last_only});
+    }
 
     const auto start = std::chrono::steady_clock::now();
     bool built = false;
     ComputeGraph & graph = graphs_->get(
-        key,
-        [&](ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out) {
-            out.in.n_tokens = n_tokens;
-            out.in.n_kv = batch.n_kv;
-            build_segment(seg, key.last_only, key.exact, ctx, gf, out);
-        },
+        key, [&](ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out) { build_segment(seg, key, ctx, gf, out); },
         params_.reuse_graphs && n_tokens <= k_max_kept_tokens, built);
     const auto computing = std::chrono::steady_clock::now();
     if (built) {
@@ -603,21 +697,24 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
         stats_.reuses += 1;
     }
 
-    set_input(graph.tokens, batch.ids);
+    set_input(graph.tokens, batch.ids.data());
     set_input(graph.in.positions, batch.positions.data());
-    set_input(graph.in.kq_mask, batch.kq_mask.data());
-    set_input(graph.in.kq_mask_swa, batch.kq_mask_swa.data());
     set_input(graph.in.k_rows, batch.k_rows.data());
     set_input(graph.in.v_rows, batch.v_rows.data());
+    set_input(graph.in.out_rows, batch.out_rows.data());
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        set_input(graph.in.seqs[i].kq_mask, batch.seqs[i].kq_mask.data());
+        set_input(graph.in.seqs[i].kq_mask_swa, batch.seqs[i].kq_mask_swa.data());
+    }
     ggml_backend_sched_set_eval_callback(graph.sched, eval_callback_, eval_user_data_);
     if (ggml_backend_sched_graph_compute(graph.sched, graph.gf) != GGML_STATUS_SUCCESS) {
         throw Error("graph computation failed");
     }
     if (has_head) {
-        kv_->advance(n_tokens);
-        if (logits) {
-            read_logits(graph.result, seg, logits);
+        for (const SeqData & seq : batch.seqs) {
+            kv_->advance(seq.seq, seq.n_tokens);
         }
+        read_logits(graph.result, seg, batch);
     }
     float min_similarity = std::numeric_limits<float>::infinity();
     if (graph.similarity) {
@@ -629,53 +726,58 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch, bool las
     return min_similarity;
 }
 
-void Engine::read_logits(const ggml_tensor * result, const Segment & seg, float * logits) const {
-    const int64_t n_vocab = hp_.n_vocab, n_scored = head_vocab(seg), n_rows = result->ne[1];
-    if (n_scored == n_vocab) {
-        ggml_backend_tensor_get(result, logits, 0, ggml_nbytes(result));
-    } else {
-        // rows of n_vocab: the scored ids, then -inf for the ones left out
-        for (int64_t row = 0; row < n_rows; ++row) {
-            float * out = logits + row * n_vocab;
-            ggml_backend_tensor_get(result, out, row * result->nb[1], n_scored * sizeof(float));
-            std::fill(out + n_scored, out + n_vocab, -std::numeric_limits<float>::infinity());
+void Engine::read_logits(const ggml_tensor * result, const Segment & seg, const BatchData & batch) const {
+    const int64_t n_vocab = hp_.n_vocab, n_scored = head_vocab(seg);
+    int64_t first = 0;   // the sequence's first row of the result
+    for (const SeqData & seq : batch.seqs) {
+        const int64_t n_rows = seq.last_only ? 1 : seq.n_tokens;
+        if (seq.logits) {
+            // rows of n_vocab: the scored ids, then -inf for the ones left out
+            for (int64_t row = 0; row < n_rows; ++row) {
+                float * out = seq.logits + row * n_vocab;
+                ggml_backend_tensor_get(result, out, (first + row) * result->nb[1], n_scored * sizeof(float));
+                std::fill(out + n_scored, out + n_vocab, -std::numeric_limits<float>::infinity());
+            }
+            check_logits(seq.logits, n_rows, n_scored, seg);
         }
+        first += n_rows;
     }
-    check_logits(logits, n_rows, n_scored, seg);
 }
 
-void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const {
+void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out, int64_t seq) const {
     check_devices();
-    if (il < 0 || il >= hp_.n_layer || pos < 0 || n < 0 || pos + n > kv_->n_past()) {
+    if (il < 0 || il >= hp_.n_layer || pos < 0 || n < 0 || pos + n > n_past(seq)) {
         throw Error("read_kv: layer " + std::to_string(il) + " positions [" + std::to_string(pos) + ", " +
                     std::to_string(pos + n) + ") are not in the cache");
     }
     const int64_t n_embd_kv = hp_.n_embd_kv();
     std::vector<ggml_fp16_t> row(n_embd_kv);
+    const int64_t first_cell = kv_->first_cell(seq);
     for (int64_t p = pos; p < pos + n; ++p) {
+        const int64_t cell = first_cell + p;
         const ggml_tensor * k = kv_->k(il);
-        ggml_backend_tensor_get(k, row.data(), p * k->nb[1], sizeof(ggml_fp16_t) * n_embd_kv);
+        ggml_backend_tensor_get(k, row.data(), cell * k->nb[1], sizeof(ggml_fp16_t) * n_embd_kv);
         ggml_fp16_to_fp32_row(row.data(), k_out + (p - pos) * n_embd_kv, n_embd_kv);
         const ggml_tensor * v = kv_->v(il);
         for (int64_t c = 0; c < n_embd_kv; ++c) {
             ggml_fp16_t value;
-            ggml_backend_tensor_get(v, &value, c * v->nb[1] + p * sizeof(ggml_fp16_t), sizeof(value));
+            ggml_backend_tensor_get(v, &value, c * v->nb[1] + cell * sizeof(ggml_fp16_t), sizeof(value));
             v_out[(p - pos) * n_embd_kv + c] = ggml_fp16_to_fp32(value);
         }
     }
 }
 
-std::vector<uint8_t> Engine::save_kv(int64_t n) const {
+std::vector<uint8_t> Engine::save_kv(int64_t n, int64_t seq) const {
     check_devices();
     if (!kv_) {
         throw Error("save_kv: the engine is not placed yet (no cache)");
     }
     std::vector<uint8_t> state(kv_->state_size(n));
-    kv_->save(n, state.data());
+    kv_->save(seq, n, state.data());
     return state;
 }
 
-void Engine::load_kv(int64_t n, const uint8_t * data, size_t size) {
+void Engine::load_kv(int64_t n, const uint8_t * data, size_t size, int64_t seq) {
     check_devices();
     if (!kv_) {
         throw Error("load_kv: the engine is not placed yet (no cache)");
@@ -684,7 +786,7 @@ void Engine::load_kv(int64_t n, const uint8_t * data, size_t size) {
         throw Error("load_kv: " + std::to_string(size) + " bytes are not the state of " + std::to_string(n) +
                     " positions of this model (" + std::to_string(n >= 0 ? kv_->state_size(n) : 0) + " bytes)");
     }
-    kv_->load(n, data);
+    kv_->load(seq, n, data);
 }
 
 }  // namespace river

@@ -33,7 +33,8 @@ enum class ExactMode {
 };
 
 struct EngineParams {
-    int64_t n_ctx = 2048;
+    int64_t n_ctx = 2048;    // positions per sequence
+    int64_t n_seq = 1;       // sequences the KV cache holds, n_ctx cells each
     int64_t n_batch = 512;   // most positions one graph processes; longer inputs are split
     int n_threads = 1;
     bool use_mmap = true;    // map the backbone and river files; false: read them into memory
@@ -89,6 +90,16 @@ struct ExitConfig {
     int64_t exit_vocab = 0;
 };
 
+// One sequence's tokens in a forward of several (Engine::forward_many).
+struct SeqRows {
+    int64_t seq = 0;
+    const int32_t * ids = nullptr;
+    int64_t n_ids = 0;
+    bool last_only = false;   // logits of the last position only
+    bool prompt = false;      // see Engine::forward
+    float * logits = nullptr;   // n_ids rows of n_vocab, or one when last_only
+};
+
 class Engine {
 public:
     Engine(const std::string & model_path, const EngineParams & params);
@@ -99,7 +110,9 @@ public:
     const HParams & hparams() const { return hp_; }
     const GgufFile & backbone_file() const { return *file_; }
     int64_t n_ctx() const { return params_.n_ctx; }
-    int64_t n_past() const { return kv_ ? kv_->n_past() : 0; }
+    int64_t n_seq() const { return params_.n_seq; }
+    // Positions sequence `seq` holds; throws for a sequence the cache does not hold.
+    int64_t n_past(int64_t seq = 0) const;
     int n_threads() const { return n_threads_; }
     void set_n_threads(int n_threads);
 
@@ -139,9 +152,16 @@ public:
     // token runs the full backbone. `prompt`: the ids are a prompt, prefilled alike by
     // every decoding, so its rows need not equal one-token steps (see exact_rows).
     // Throws, with the sequence as it was, when a file changed under its mapping or a
-    // logit is NaN or Inf.
+    // logit is NaN or Inf. Runs on sequence `seq` of the cache.
     void forward(const int32_t * ids, int64_t n_ids, bool last_only, const ExitConfig * exit, float * logits,
-                 bool prompt = false);
+                 bool prompt = false, int64_t seq = 0);
+    // The tokens of several sequences (each at most once) in one batch of at most
+    // n_batch rows: each row computed as in a forward of its sequence alone (bit for
+    // bit where the products are batch-invariant: our own, and exact rows). `exit`
+    // must decide no depth by a check, since a check's minimum would couple the
+    // sequences: nullptr (the full backbone) or a configuration that exits at depth 0
+    // (every layer on the river). Throws with every sequence as it was.
+    void forward_many(const std::vector<SeqRows> & rows, const ExitConfig * exit);
 
     // Backbone layers each token of the last forward ran (n_layer: never left).
     const std::vector<int32_t> & last_exit_layers() const { return last_exit_layers_; }
@@ -151,17 +171,17 @@ public:
 
     // Cache contents of layer il at positions [pos, pos + n) as float32 rows of
     // n_embd_kv: for tests and inspection.
-    void read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out) const;
+    void read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * v_out, int64_t seq = 0) const;
 
     // The cache's first n positions (every layer's K and V, the river's rows among
     // them: they share the cache) as bytes, and back, for a prompt cache across
     // requests; load_kv makes n the sequence's length, and throws unless `size` is
     // what save_kv(n) writes.
-    std::vector<uint8_t> save_kv(int64_t n) const;
-    void load_kv(int64_t n, const uint8_t * data, size_t size);
+    std::vector<uint8_t> save_kv(int64_t n, int64_t seq = 0) const;
+    void load_kv(int64_t n, const uint8_t * data, size_t size, int64_t seq = 0);
 
-    void rewind(int64_t n_past);
-    void reset() { rewind(0); }
+    void rewind(int64_t n_past, int64_t seq = 0);
+    void reset(int64_t seq = 0) { rewind(0, seq); }
 
     // Every graph computed from now on reports its nodes to `callback` (ggml's eval
     // callback: ggml_backend_sched_set_eval_callback); nullptr, the default: none.
@@ -188,30 +208,46 @@ private:
         const ExitConfig & exit;
     };
 
-    // Host copies of a batch's inputs: the same for every segment of it.
-    struct BatchData {
-        const int32_t * ids;
+    // Host copies of one sequence's part of a batch's inputs.
+    struct SeqData {
+        int64_t seq;
+        int64_t first_row;
+        int64_t n_tokens;
         int64_t n_kv;                     // cache positions attention reads, padded
-        std::vector<int32_t> positions;
+        bool exact;                       // rows computed as one-token steps (EngineParams::exact)
+        bool last_only;
+        float * logits;                   // where its rows of logits go (nullptr: nowhere)
         std::vector<float> kq_mask;       // [n_tokens][n_kv], 0 or -inf
         std::vector<float> kq_mask_swa;   // the same within the sliding window; empty without one
+    };
+
+    // Host copies of a batch's inputs: the same for every segment of it.
+    struct BatchData {
+        std::vector<int32_t> ids;
+        std::vector<int32_t> positions;
         std::vector<int64_t> k_rows;      // see BatchInputs
         std::vector<int64_t> v_rows;
-        bool exact = false;               // rows computed as one-token steps (EngineParams::exact)
+        std::vector<int32_t> out_rows;    // the rows the head scores, where not all or the last
+        std::vector<SeqData> seqs;
+        bool exact = false;               // products by weights as one-token steps (any sequence's exact)
         int64_t n_tokens() const { return static_cast<int64_t>(positions.size()); }
     };
 
     // Throws naming the first lost device, if any.
     void check_devices() const;
-    int64_t forward_batch(const int32_t * ids, int64_t n_tokens, bool last_only, const ExitConfig * exit,
-                          float * logits, bool prompt);
-    BatchData batch_data(const int32_t * ids, int64_t n_tokens, bool prompt) const;
+    // Whether `exit` (checked) decides a batch's depth by a similarity check.
+    bool decides_by_check(const ExitConfig & exit) const;
+    // Checks what a forward of `rows` asks, places the model if it is not yet placed.
+    void check_forward(const std::vector<SeqRows> & rows, const ExitConfig * exit);
+    int64_t forward_batch(const BatchData & batch, const ExitConfig * exit);
+    BatchData batch_data(const std::vector<SeqRows> & rows) const;
     // Runs one segment; returns the minimum over tokens of the similarity, if asked.
-    float run_segment(const Segment & seg, const BatchData & batch, bool last_only, float * logits);
-    void build_segment(const Segment & seg, bool last_only, bool exact, ggml_context * ctx, ggml_cgraph * gf,
+    // A segment that ends with the head writes each sequence's logits.
+    float run_segment(const Segment & seg, const BatchData & batch);
+    void build_segment(const Segment & seg, const GraphKey & key, ggml_context * ctx, ggml_cgraph * gf,
                        ComputeGraph & out);
-    // Copies a head's result into rows of n_vocab logits and checks them.
-    void read_logits(const ggml_tensor * result, const Segment & seg, float * logits) const;
+    // Copies a head's result into each sequence's rows of n_vocab logits and checks them.
+    void read_logits(const ggml_tensor * result, const Segment & seg, const BatchData & batch) const;
     // Throws naming the weight set (by the segment's exit depth) when one of the first
     // n_scored logits of a row is NaN or Inf.
     void check_logits(const float * logits, int64_t n_rows, int64_t n_scored, const Segment & seg) const;

@@ -26,11 +26,11 @@ ggml_tensor * mul_mat(const GraphContext & g, ggml_tensor * w, ggml_tensor * cur
     return out;
 }
 
-// Attention's products by the cache (K, V), exact_mul_mat in an exact graph.
-ggml_tensor * cache_mul_mat(const GraphContext & g, ggml_tensor * cache, ggml_tensor * cur, const char * name,
-                            int64_t il) {
-    ggml_tensor * out =
-        g.exact && exact_mul_mat_supports(cache) ? exact_mul_mat(g.ctx, cache, cur) : ggml_mul_mat(g.ctx, cache, cur);
+// Attention's products by the cache (K, V), exact_mul_mat where the sequence's rows are exact.
+ggml_tensor * cache_mul_mat(const GraphContext & g, const SeqAttention & seq, ggml_tensor * cache, ggml_tensor * cur,
+                            const char * name, int64_t il) {
+    ggml_tensor * out = seq.exact && exact_mul_mat_supports(cache) ? exact_mul_mat(g.ctx, cache, cur)
+                                                                   : ggml_mul_mat(g.ctx, cache, cur);
     ggml_format_name(out, "%s-%d", name, static_cast<int>(il));
     return out;
 }
@@ -66,52 +66,75 @@ ggml_tensor * build_post_norm(const GraphContext & g, ggml_tensor * cur, ggml_te
     return weight ? build_norm(g, cur, weight) : cur;
 }
 
-// Writes K/V of this batch into layer il's cache slots, then attends over all
-// positions so far. Q/K/V arrive projected, K and Q already rotated.
-ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * Qcur, ggml_tensor * Kcur,
-                              ggml_tensor * Vcur) {
+// One sequence's rows attending over its cells, as a batch of those rows alone would.
+// Qcur: [head, n_head, n_tokens of the sequence], rotated (and scaled, with kq_scale 1)
+// -> [n_embd_q, n_tokens of the sequence]
+ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & seq, ggml_tensor * Qcur,
+                     float kq_scale) {
     ggml_context * ctx = g.ctx;
     const HParams & hp = g.hp;
-    const int64_t n_tokens = g.in.n_tokens, n_kv = g.in.n_kv;
-    const int64_t n_embd_kv = hp.n_embd_kv(), head = hp.n_embd_head;
+    const int64_t head = hp.n_embd_head, n_kv = seq.n_kv;
     ggml_tensor * cache_k = g.kv.k(il);
     ggml_tensor * cache_v = g.kv.v(il);
-    const size_t es_k = ggml_element_size(cache_k);
-
-    // K rows by position; V, stored transposed, element by element: as a column of
-    // single values, element (c, t) of Vcur goes to c * n_ctx + position(t).
-    ggml_build_forward_expand(
-        g.gf, ggml_set_rows(ctx, cache_k, ggml_reshape_2d(ctx, Kcur, n_embd_kv, n_tokens), g.in.k_rows));
-    ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, cache_v, 1, ggml_nelements(cache_v)),
-                                                  ggml_reshape_2d(ctx, Vcur, 1, n_embd_kv * n_tokens), g.in.v_rows));
-
     // [head, n_kv, n_head_kv]
-    ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1], es_k * head, 0);
+    ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1],
+                                   ggml_element_size(cache_k) * head, seq.first_cell * cache_k->nb[1]);
     // [n_kv, head, n_head_kv]
-    ggml_tensor * v = ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head, 0);
-    float kq_scale = hp.attn_scale;
-    if (hp.scale_queries) {
-        Qcur = ggml_scale(ctx, Qcur, hp.attn_scale);
-        kq_scale = 1.0f;
-    }
+    ggml_tensor * v = ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head,
+                                   seq.first_cell * cache_v->nb[0]);
     // [head, n_tokens, n_head]
     ggml_tensor * q = ggml_permute(ctx, Qcur, 0, 2, 1, 3);
 
     // softmax(q k^T * attn_scale + mask): [n_kv, n_tokens, n_head]
-    ggml_tensor * kq = cache_mul_mat(g, k, q, "kq", il);
+    ggml_tensor * kq = cache_mul_mat(g, seq, k, q, "kq", il);
     if (kq->op == GGML_OP_MUL_MAT) {
         // F32 accumulation: a GPU backend's default for F16 operands may accumulate in F16
         // (ggml-vulkan does), which attention scores cannot afford (the CPU ignores this).
         ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
     }
-    ggml_tensor * mask = hp.is_swa(il) ? g.in.kq_mask_swa : g.in.kq_mask;
+    ggml_tensor * mask = hp.is_swa(il) ? seq.kq_mask_swa : seq.kq_mask;
     kq = ggml_soft_max_ext(ctx, kq, mask, kq_scale, 0.0f);
     ggml_format_name(kq, "kq_soft_max-%d", static_cast<int>(il));
 
     // [head, n_tokens, n_head] -> [head, n_head, n_tokens] -> [n_embd_q, n_tokens]
-    ggml_tensor * kqv = cache_mul_mat(g, v, kq, "kqv", il);
+    ggml_tensor * kqv = cache_mul_mat(g, seq, v, kq, "kqv", il);
     ggml_tensor * cur = ggml_permute(ctx, kqv, 0, 2, 1, 3);
-    cur = ggml_cont_2d(ctx, cur, hp.n_embd_q(), n_tokens);
+    return ggml_cont_2d(ctx, cur, hp.n_embd_q(), seq.n_tokens);
+}
+
+// Writes K/V of this batch into layer il's cache cells, then each sequence's rows
+// attend over that sequence's cells. Q/K/V arrive projected, K and Q already rotated.
+ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * Qcur, ggml_tensor * Kcur,
+                              ggml_tensor * Vcur) {
+    ggml_context * ctx = g.ctx;
+    const HParams & hp = g.hp;
+    const int64_t n_tokens = g.in.n_tokens;
+    const int64_t n_embd_kv = hp.n_embd_kv();
+    ggml_tensor * cache_k = g.kv.k(il);
+    ggml_tensor * cache_v = g.kv.v(il);
+
+    // K rows by cell; V, stored transposed, element by element: as a column of single
+    // values, element (c, t) of Vcur goes to c * n_cells + cell(t).
+    ggml_build_forward_expand(
+        g.gf, ggml_set_rows(ctx, cache_k, ggml_reshape_2d(ctx, Kcur, n_embd_kv, n_tokens), g.in.k_rows));
+    ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, cache_v, 1, ggml_nelements(cache_v)),
+                                                  ggml_reshape_2d(ctx, Vcur, 1, n_embd_kv * n_tokens), g.in.v_rows));
+
+    float kq_scale = hp.attn_scale;
+    if (hp.scale_queries) {
+        Qcur = ggml_scale(ctx, Qcur, hp.attn_scale);
+        kq_scale = 1.0f;
+    }
+    ggml_tensor * cur = nullptr;
+    for (const SeqAttention & seq : g.in.seqs) {
+        ggml_tensor * q = Qcur;
+        if (seq.n_tokens != n_tokens) {   // the sequence's rows of the batch
+            q = ggml_view_3d(ctx, Qcur, Qcur->ne[0], Qcur->ne[1], seq.n_tokens, Qcur->nb[1], Qcur->nb[2],
+                             seq.first_row * Qcur->nb[2]);
+        }
+        ggml_tensor * out = attend(g, il, seq, q, kq_scale);
+        cur = cur ? ggml_concat(ctx, cur, out, 1) : out;
+    }
     ggml_format_name(cur, "kqv_out-%d", static_cast<int>(il));
     return cur;
 }

@@ -3,6 +3,8 @@
 // which weights compute which layer is the engine's business.
 #pragma once
 
+#include <vector>
+
 #include "ggml.h"
 #include "hparams.h"
 #include "kv_cache.h"
@@ -11,18 +13,29 @@
 
 namespace river {
 
-// Inputs of one batch of consecutive positions. A graph's shape depends only on
-// n_tokens and n_kv (the cache positions attention reads, padded so that many
-// consecutive batches share it): where the batch sits is data, so one graph serves
-// every batch of its shape.
-struct BatchInputs {
-    ggml_tensor * positions = nullptr;    // I32 [n_tokens]
+// One sequence's rows of a batch: they attend to that sequence's cells only, as they
+// would in a batch of their own.
+struct SeqAttention {
+    int64_t first_cell = 0;   // the cache cell of the sequence's position 0
+    int64_t first_row = 0;    // its first row in the batch
+    int64_t n_tokens = 0;
+    int64_t n_kv = 0;         // the sequence's cells attention reads, padded
+    bool exact = false;       // attention's products by the cache as one-token steps compute them
     ggml_tensor * kq_mask = nullptr;      // F32 [n_kv, n_tokens], 0 or -inf (causal, and the padding)
     ggml_tensor * kq_mask_swa = nullptr;  // the same within the sliding window; nullptr without one
+};
+
+// Inputs of one batch: rows of one or more sequences, each a run of consecutive
+// positions. A graph's shape depends only on each sequence's row count, cells and
+// n_kv (padded so that many consecutive batches share it): where a sequence stands
+// is data, so one graph serves every batch of its shape.
+struct BatchInputs {
+    ggml_tensor * positions = nullptr;    // I32 [n_tokens]
     ggml_tensor * k_rows = nullptr;       // I64 [n_tokens]: the cache rows of K this batch writes
     ggml_tensor * v_rows = nullptr;       // I64 [n_embd_kv * n_tokens]: the elements of transposed V it writes
+    ggml_tensor * out_rows = nullptr;     // I32 [n_out]: the rows the head scores; nullptr: all, or the last
+    std::vector<SeqAttention> seqs;
     int64_t n_tokens = 0;
-    int64_t n_kv = 0;
 };
 
 struct GraphContext {
@@ -32,8 +45,9 @@ struct GraphContext {
     const KvCache & kv;
     const BatchInputs & in;
     ggml_tensor * rope_freqs;   // nullptr unless the model has llama3 frequency factors
-    // Compute every row as a one-token step does (exact_mul_mat for the products it
-    // supports), so that a row's result does not depend on the batch it is in.
+    // Compute every row's products by weights as a one-token step does (exact_mul_mat
+    // for the products it supports), so that a row's result does not depend on the
+    // batch it is in (attention's are each sequence's own: SeqAttention::exact).
     bool exact = false;
     // ... by float (F32, F16, BF16) matrices too, where exact_mul_mat costs verifies the
     // most (vec_dot converts a row again for each column, sgemm once per tile)

@@ -13,11 +13,16 @@ constexpr size_t k_max_graph_nodes = 8192;
 
 }  // namespace
 
+bool SeqKey::operator==(const SeqKey & o) const {
+    return first_cell == o.first_cell && n_tokens == o.n_tokens && n_kv == o.n_kv && exact == o.exact &&
+           last_only == o.last_only;
+}
+
 bool GraphKey::operator==(const GraphKey & o) const {
     return first_layer == o.first_layer && end_layer == o.end_layer && exit_depth == o.exit_depth &&
            tail_layers == o.tail_layers && river_head == o.river_head && head_vocab == o.head_vocab &&
-           similarity == o.similarity && signal == o.signal && last_only == o.last_only && n_tokens == o.n_tokens &&
-           n_kv == o.n_kv && exact == o.exact;
+           similarity == o.similarity && signal == o.signal && n_tokens == o.n_tokens && exact == o.exact &&
+           seqs == o.seqs;
 }
 
 struct GraphCache::Slot {

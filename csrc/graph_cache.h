@@ -18,6 +18,16 @@
 
 namespace river {
 
+// What a segment's graph depends on of one sequence's part of the batch.
+struct SeqKey {
+    int64_t first_cell = 0;
+    int64_t n_tokens = 0;
+    int64_t n_kv = 0;
+    bool exact = false;       // attention's products as one-token steps
+    bool last_only = false;   // the head scores its last row only
+    bool operator==(const SeqKey & o) const;
+};
+
 // Everything a segment's graph topology depends on.
 struct GraphKey {
     int64_t first_layer = 0;
@@ -28,10 +38,9 @@ struct GraphKey {
     int64_t head_vocab = 0;   // token ids the head scores (0: the segment has no head)
     bool similarity = false;
     int signal = 0;
-    bool last_only = false;
     int64_t n_tokens = 0;
-    int64_t n_kv = 0;
-    bool exact = false;   // rows computed as one-token steps
+    bool exact = false;   // products by weights computed as one-token steps
+    std::vector<SeqKey> seqs;
     bool operator==(const GraphKey & o) const;
 };
 

@@ -1,6 +1,9 @@
-// The KV cache of one sequence: one K and one V tensor per layer.
-// Owned by the engine, not by a weight set: whichever weights compute layer l for
-// a token write that token's slot, so backbone and river share one cache.
+// The KV cache of n_seq sequences: one K and one V tensor per layer, each sequence
+// in its own n_ctx cells (sequence s holds cells [s * n_ctx, (s + 1) * n_ctx), its
+// position p in cell s * n_ctx + p). A sequence's cells are laid out as a cache of
+// one sequence would lay them out, so attention over them computes what it computes
+// alone. Owned by the engine, not by a weight set: whichever weights compute layer l
+// for a token write that token's cell, so backbone and river share one cache.
 // Knows nothing of graphs beyond handing out the per-layer tensors.
 #pragma once
 
@@ -17,34 +20,40 @@ namespace river {
 class KvCache {
 public:
     // In a buffer of type `buft`: the memory of the device that holds the cache.
-    KvCache(const HParams & hp, int64_t n_ctx, ggml_backend_buffer_type_t buft);
+    KvCache(const HParams & hp, int64_t n_ctx, int64_t n_seq, ggml_backend_buffer_type_t buft);
     ~KvCache();
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
-    // The bytes a cache of n_ctx positions holds, before it is allocated (for placement).
-    static size_t size_for(const HParams & hp, int64_t n_ctx);
+    // The bytes a cache of n_seq sequences of n_ctx positions holds, before it is
+    // allocated (for placement).
+    static size_t size_for(const HParams & hp, int64_t n_ctx, int64_t n_seq);
 
     int64_t n_ctx() const { return n_ctx_; }
-    int64_t n_past() const { return n_past_; }
+    int64_t n_seq() const { return static_cast<int64_t>(n_past_.size()); }
+    int64_t n_cells() const { return n_ctx_ * n_seq(); }
+    // The cell of sequence seq's position 0; throws for a sequence it does not hold.
+    int64_t first_cell(int64_t seq) const;
+    int64_t n_past(int64_t seq) const { return n_past_[first_cell(seq) / n_ctx_]; }
     size_t n_bytes() const;
 
-    // K of layer il, row per position:              [n_embd_kv, n_ctx]
+    // K of layer il, row per cell:                [n_embd_kv, n_cells]
     ggml_tensor * k(int64_t il) const { return k_[il]; }
-    // V of layer il, stored transposed, row per dim: [n_ctx, n_embd_kv]
+    // V of layer il, stored transposed, row per dim: [n_cells, n_embd_kv]
     ggml_tensor * v(int64_t il) const { return v_[il]; }
 
-    // Positions [0, n_past) hold valid entries; later slots are overwritten by the
-    // next forward pass, so shrinking n_past is all a rewind needs.
-    void advance(int64_t n_tokens);
-    void rewind(int64_t n_past);
+    // A sequence's positions [0, n_past) hold valid entries; later cells are
+    // overwritten by its next forward pass, so shrinking n_past is all a rewind needs.
+    void advance(int64_t seq, int64_t n_tokens);
+    void rewind(int64_t seq, int64_t n_past);
 
-    // Positions [0, n) of every layer as bytes, and back (a prompt cache's state):
-    // per layer, K's n rows then V's n_embd_kv rows of n values, F16 as stored.
-    // state_size(n) is what save writes and load reads; load makes n the cache's n_past.
+    // A sequence's positions [0, n) of every layer as bytes, and back (a prompt
+    // cache's state): per layer, K's n rows then V's n_embd_kv rows of n values, F16
+    // as stored. state_size(n) is what save writes and load reads; load makes n the
+    // sequence's n_past.
     size_t state_size(int64_t n) const;
-    void save(int64_t n, uint8_t * out) const;
-    void load(int64_t n, const uint8_t * data);
+    void save(int64_t seq, int64_t n, uint8_t * out) const;
+    void load(int64_t seq, int64_t n, const uint8_t * data);
 
     // The destructor will leak the cache's memory if it lives on one of `lost`
     // (see forsake_if_lost).
@@ -52,7 +61,7 @@ public:
 
 private:
     int64_t n_ctx_;
-    int64_t n_past_ = 0;
+    std::vector<int64_t> n_past_;   // per sequence
     ggml_context * ctx_ = nullptr;
     BufferPtr buffer_;
     std::vector<ggml_tensor *> k_;
