@@ -312,6 +312,15 @@ PYBIND11_MODULE(_core, m) {
              "Several sequences' tokens in one batch: rows of (seq, ids, last_only, prompt), each sequence at "
              "most once; their logits, in that order, each row as its sequence alone computes it. exit: None "
              "(the full backbone) or a configuration that exits at depth 0.")
+        .def(
+            "decides_by_check",
+            [](const river::Engine & e, const river::ExitConfig & exit) {
+                e.check_exit(exit);
+                return e.decides_by_check(exit);
+            },
+            py::arg("exit"),
+            "Whether a forward under `exit` decides its depth by a similarity check over its batch, so that it "
+            "cannot share a batch with other sequences (forward_many).")
         .def("load_river", &river::Engine::load_river, py::arg("path"))
         .def_property_readonly("has_river", &river::Engine::has_river)
         .def("check_files", &river::Engine::check_files,

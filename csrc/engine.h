@@ -162,6 +162,9 @@ public:
     // sequences: nullptr (the full backbone) or a configuration that exits at depth 0
     // (every layer on the river). Throws with every sequence as it was.
     void forward_many(const std::vector<SeqRows> & rows, const ExitConfig * exit);
+    // Whether a forward under `exit` (checked: check_exit) decides its depth by a
+    // similarity check over its batch, so that it cannot share one (forward_many).
+    bool decides_by_check(const ExitConfig & exit) const;
 
     // Backbone layers each token of the last forward ran (n_layer: never left).
     const std::vector<int32_t> & last_exit_layers() const { return last_exit_layers_; }
@@ -235,8 +238,6 @@ private:
 
     // Throws naming the first lost device, if any.
     void check_devices() const;
-    // Whether `exit` (checked) decides a batch's depth by a similarity check.
-    bool decides_by_check(const ExitConfig & exit) const;
     // Checks what a forward of `rows` asks, places the model if it is not yet placed.
     void check_forward(const std::vector<SeqRows> & rows, const ExitConfig * exit);
     int64_t forward_batch(const BatchData & batch, const ExitConfig * exit);

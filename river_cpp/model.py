@@ -30,13 +30,13 @@ from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
 from river_cpp.engine import _core
-from river_cpp.engine._lock import ModelLock
 from river_cpp.engine.graph_backbone import GraphBackbone
 from river_cpp.engine.llama_backbone import LlamaCppBackbone
 from river_cpp.engine.load_options import LoadOptions
 from river_cpp.engine.loading import check_model_path, open_backbone
 from river_cpp.engine.policy import ExitPolicy
 from river_cpp.engine.prompt_cache import PromptCache, make_prompt_cache
+from river_cpp.engine.sequences import SequencePool
 from river_cpp.engine.tokenizer import Tokenizer
 
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
@@ -89,13 +89,24 @@ class RiverModel:
         prompt_cache = make_prompt_cache(prompt_cache)  # a bad value fails before anything loads
         self.model_path = check_model_path(model_path)
         self.options = options
-        # Every call that touches the backbone serializes on this lock; a stream holds
-        # it from its first token until it is exhausted or closed.
-        self._lock = ModelLock()
         self.seed = seed
         self.verbose = options.verbose
         exits = policy is not None and policy != ExitPolicy.never()
         self._backbone, self.backbone_choice, self.river_choice = open_backbone(self.model_path, options, exits=exits)
+        n_seq = self._backbone.n_seq if isinstance(self._backbone, GraphBackbone) else 1
+        if n_seq < options.n_seq_max:
+            warnings.warn(
+                f"'{self.backbone_choice.arch}' runs on llama.cpp's backbone, which serves one sequence at a "
+                f"time here: n_seq_max={options.n_seq_max} is 1, and generations take turns",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        # The sequences generations take (river_cpp.engine.sequences). Sequence 0's lock
+        # is the model's: every call that touches the model's own sequence serializes on
+        # it, and a stream on it holds it from its first token until it is exhausted or
+        # closed. With one sequence, every generation takes that lock in turn.
+        self._pool = SequencePool(n_seq)
+        self._lock = self._pool.locks[0]
         if policy is not None:
             self._backbone.check_policy(policy)  # on llama.cpp's: names the architecture and what works
         self.prompt_cache = prompt_cache
@@ -143,8 +154,13 @@ class RiverModel:
         """Free the weights, KV cache and tokenizer (after a running generation ends).
         Idempotent. Returns at once when an RPC server of this model went away: what
         lived there is leaked, not freed on a dead connection."""
-        with self._lock:
+        for lock in self._pool.locks:  # after the generations running on any sequence
+            lock.acquire()
+        try:
             self._backbone.close()
+        finally:
+            for lock in self._pool.locks:
+                lock.release()
 
     def __enter__(self) -> RiverModel:
         return self
@@ -200,8 +216,13 @@ class RiverModel:
 
     @property
     def n_past(self) -> int:
-        """Number of positions in the KV cache."""
+        """Number of positions in the KV cache (sequence 0's, with several)."""
         return self.backbone.n_past
+
+    @property
+    def n_seq_max(self) -> int:
+        """Sequences generations may run on at once (see LoadOptions.n_seq_max)."""
+        return self._pool.n_seq
 
     @property
     def n_threads(self) -> int:
@@ -376,10 +397,13 @@ class RiverModel:
         defaults; with a policy that exits, plain decoding under it;
         speculative=False, plain decoding under the model's policy. `decoding`: an
         already resolved Decoding instead of those options.
-        Holds the model's lock while it runs (a stream: from its first chunk until it
-        is exhausted or closed), so other threads' calls wait their turn; the loop
-        runs on the backbone under that one lock. A call that names no seed samples
-        with the model's.
+        Holds a sequence of the model while it runs, until it ends (a stream: until it
+        is exhausted or closed). With one sequence (n_seq_max=1, the default) that is
+        the model's lock, taken at the first chunk, so other threads' calls wait their
+        turn; with several, a free sequence, taken by the call (waiting while every one
+        is in use): generations on other threads run at once, their forwards batched
+        together, each answer as it would be alone (river_cpp.engine.sequences). A call
+        that names no seed samples with the model's.
         """
         sampling_options = {name: options.pop(name) for name in _SAMPLING_FIELDS & options.keys()}
         if decoding is None:
@@ -388,30 +412,56 @@ class RiverModel:
             check_alone(policy, speculative, sampling, sampling_options)
         if decoding.sampling.seed is None and self.seed is not None:
             decoding = dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=self.seed))
-        chunks = stream_generate(self.backbone, prompt, decoding=decoding, **options)
-        locked = GenerationStream(self._locked(chunks))
+        backbone = self.backbone
+        if self._pool.n_seq == 1:  # the model's sequence, taken at the first chunk
+            seq, target = None, backbone
+        else:  # a free sequence, taken now
+            held = [backbone.sequence_ids(s) for s in range(self._pool.n_seq)]
+            seq, fresh = self._pool.acquire(held, None if isinstance(prompt, str) else prompt)
+            target = backbone.sequence(seq)
+        try:
+            if seq is not None and fresh:  # it held another prompt-cache scope's tokens
+                target.reset()
+            chunks = stream_generate(target, prompt, decoding=decoding, **options)
+        except BaseException:
+            if seq is not None:
+                self._pool.release(seq)
+            raise
+        generation = GenerationStream(self._on_sequence(chunks, target, seq))
         if stream:
-            return locked
-        for _ in locked:
+            return generation
+        for _ in generation:
             pass
-        return locked.result
+        return generation.result
 
-    def _locked(self, stream):
-        """`stream`'s chunks and result, with the lock held from its first chunk."""
-        with self._lock:
+    def _on_sequence(self, chunks: GenerationStream, target, seq: Optional[int]):
+        """`chunks` and their result on `target`, sequence `seq` of the model (None: the
+        model's own, whose lock is taken at the first chunk); given back at the end."""
+        if seq is None:
+            seq, fresh = self._pool.acquire([[]], None)
+            if fresh:  # it held another prompt-cache scope's tokens
+                target.reset()
+        batcher = self._backbone.batcher if self._pool.n_seq > 1 else None
+        if batcher is not None:  # a batch waits for the sequences in use
+            batcher.hold(1)
+        try:
             try:
-                yield from stream
+                yield from chunks
             finally:
-                stream.close()
-                self._keep_in_prompt_cache()
-        return stream.result
+                chunks.close()
+                self._keep_in_prompt_cache(target)
+        finally:
+            if batcher is not None:
+                batcher.hold(-1)
+            self._pool.release(seq)
+        return chunks.result
 
-    def _keep_in_prompt_cache(self) -> None:
-        """Save the sequence the backbone holds after a generation into the prompt cache."""
+    def _keep_in_prompt_cache(self, target) -> None:
+        """Save the sequence `target` holds after a generation into the prompt cache."""
         cache = None if self._backbone.closed else self._backbone.prompt_cache
         if cache is not None:
             try:
-                cache.save(self._backbone)
+                cache.save(target)
             except (_core.RiverError, OSError, ValueError) as error:  # a cache never fails a request
                 warnings.warn(f"prompt cache: the sequence was not saved: {error}", RuntimeWarning, stacklevel=2)
 

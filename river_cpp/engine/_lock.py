@@ -23,13 +23,17 @@ class ModelLock:
         self._owner: int | None = None
         self._depth = 0
 
-    def acquire(self) -> None:
+    def acquire(self, blocking: bool = True) -> bool:
+        """Take the lock (waiting for it, unless not `blocking`); whether it was taken."""
         me = threading.get_ident()
         with self._condition:
             while self._owner is not None and self._owner != me:
+                if not blocking:
+                    return False
                 self._condition.wait()
             self._owner = me
             self._depth += 1
+            return True
 
     def release(self) -> None:
         with self._condition:

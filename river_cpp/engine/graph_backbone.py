@@ -20,6 +20,7 @@ import numpy as np
 from river_cpp.engine import _core
 from river_cpp.engine._ggml import set_ggml_verbosity
 from river_cpp.engine.backbone import ROUTES, check_n_past, check_token_ids
+from river_cpp.engine.batcher import ForwardBatcher, ForwardRequest
 from river_cpp.engine.context import check_fits
 from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
 from river_cpp.engine.load_options import LoadOptions, positive_int
@@ -28,6 +29,7 @@ from river_cpp.engine.placement import Placement, offload_devices, plan_placemen
 from river_cpp.engine.policy import ExitPolicy, check_policy
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
 from river_cpp.engine.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
+from river_cpp.engine.sequences import BackboneSequence
 from river_cpp.engine.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -109,8 +111,11 @@ class GraphBackbone:
             cpu_extra_bufts=list(self.extra_bufts.allowed),
             reuse_graphs=bool(options.reuse_graphs),
             exact=options.engine_exact,
+            n_seq=options.n_seq_max,
             **self.own_products.engine_arguments(),
         )
+        # Several sequences: their forwards run together on the batcher's thread.
+        self._batcher: Optional[ForwardBatcher] = None
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
         if options.tail_layers > self.n_layer:
@@ -143,10 +148,14 @@ class GraphBackbone:
         # Each policy's prepared _core.ExitConfig (by policy and exit_vocab): settings
         # a forward hands the engine, not a copy of the engine's state.
         self._exit_configs: dict[tuple[ExitPolicy, int], Optional[_core.ExitConfig]] = {}
-        # What the cache holds, for the prompt cache: each position's token and the
-        # backbone layers that computed it (n_layer: the full backbone).
-        self._cached_ids: list[int] = []
-        self._cached_depths: list[int] = []
+        # What each sequence of the cache holds, for the prompt cache: each position's
+        # token and the backbone layers that computed it (n_layer: the full backbone).
+        self._cached_ids: list[list[int]] = [[] for _ in range(options.n_seq_max)]
+        self._cached_depths: list[list[int]] = [[] for _ in range(options.n_seq_max)]
+        self._last_exit_layers: list[np.ndarray] = [np.zeros(0, np.int32)] * options.n_seq_max
+        self._sequences: dict[int, BackboneSequence] = {}
+        if options.n_seq_max > 1:
+            self._batcher = ForwardBatcher(self._run_rows, DEFAULT_N_BATCH)
 
     def _load_river(
         self,
@@ -199,6 +208,8 @@ class GraphBackbone:
         when an RPC server of this model went away: what lived there is leaked, not
         freed on a dead connection."""
         if self._engine is not None:
+            if self._batcher is not None:
+                self._batcher.close()
             if self._release_servers is not None:
                 self._release_servers()
             self._engine = None
@@ -263,8 +274,22 @@ class GraphBackbone:
 
     @property
     def n_past(self) -> int:
-        """Number of positions in the KV cache."""
+        """Number of positions in the KV cache (sequence 0's)."""
         return self.engine.n_past
+
+    @property
+    def n_seq(self) -> int:
+        """Sequences the KV cache holds, n_ctx positions each."""
+        return self.engine.n_seq
+
+    @property
+    def batcher(self) -> Optional[ForwardBatcher]:
+        """What runs the sequences' forwards together; None with one sequence."""
+        return self._batcher
+
+    def seq_n_past(self, seq: int) -> int:
+        """Positions sequence `seq` holds."""
+        return self.engine.seq_n_past(seq)
 
     @property
     def n_threads(self) -> int:
@@ -320,26 +345,40 @@ class GraphBackbone:
     @property
     def last_exit_layers(self) -> np.ndarray:
         """Backbone layers each token of the last forward ran (n_layer: never left)."""
-        return self.engine.last_exit_layers
+        return self._last_exit_layers[0]
+
+    def seq_last_exit_layers(self, seq: int) -> np.ndarray:
+        """Backbone layers each token of sequence `seq`'s last forward ran."""
+        return self._last_exit_layers[seq]
 
     # ---------------------------------------------------------------- compute
 
     @property
     def cached_ids(self) -> list[int]:
-        """The token ids the cache holds, position by position."""
-        return list(self._cached_ids)
+        """The token ids sequence 0 holds, position by position."""
+        return self.sequence_ids(0)
 
-    def reset(self) -> None:
-        """Forget the sequence: the next forward starts at position 0."""
-        self.engine.reset()
-        self._cached_ids.clear()
-        self._cached_depths.clear()
+    def sequence_ids(self, seq: int) -> list[int]:
+        """The token ids sequence `seq` holds, position by position."""
+        return list(self._cached_ids[seq])
 
-    def rewind(self, n_past: int) -> None:
-        """Shorten the cached sequence to its first `n_past` positions."""
-        n_past = check_n_past(n_past, self.n_past)
-        self.engine.rewind(n_past)
-        del self._cached_ids[n_past:], self._cached_depths[n_past:]
+    def reset(self, *, seq: int = 0) -> None:
+        """Forget sequence `seq`: its next forward starts at position 0."""
+        self.engine.reset(seq)
+        self._cached_ids[seq].clear()
+        self._cached_depths[seq].clear()
+
+    def rewind(self, n_past: int, *, seq: int = 0) -> None:
+        """Shorten sequence `seq` to its first `n_past` positions."""
+        n_past = check_n_past(n_past, self.engine.seq_n_past(seq))
+        self.engine.rewind(n_past, seq)
+        del self._cached_ids[seq][n_past:], self._cached_depths[seq][n_past:]
+
+    def sequence(self, seq: int) -> BackboneSequence:
+        """Sequence `seq` of the cache as a backbone of its own: one object per
+        sequence, so that what a loop learns per backbone (drafting) stays with it."""
+        self.seq_n_past(seq)  # RiverError for a sequence the cache does not hold
+        return self._sequences.setdefault(seq, BackboneSequence(self, seq))
 
     def _uses_exit(self, route: str, n_ids: int) -> bool:
         """Whether a forward of n_ids tokens on `route` follows the exit policy (else it
@@ -351,8 +390,10 @@ class GraphBackbone:
             route = "prompt" if n_ids > 1 else "decode"
         return route == "decode" or (route == "prompt" and self.prefill != "backbone")
 
-    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
-        """How many leading `ids` the cache, or the prompt cache, holds as a cold forward
+    def cached_prefix(
+        self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None, seq: int = 0
+    ) -> int:
+        """How many leading `ids` sequence `seq`, or the prompt cache, holds as a cold forward
         of them on `route` under `policy` (None: never exits) computes them, at most
         len(ids) - 1; a query.
 
@@ -360,31 +401,33 @@ class GraphBackbone:
         route runs the full backbone (or the policy never exits): a prompt that exits
         leaves at a depth chosen for the whole batch.
         """
-        n = self._held_prefix(ids, route, policy)
+        n = self._held_prefix(ids, route, policy, seq)
         if n is None:
             return 0
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
-            n = self.prompt_cache.longest(self, ids, cached=n)
+            n = self.prompt_cache.longest(self.sequence(seq), ids, cached=n)
         return n
 
-    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
-        """Bring the cache to the prefix cached_prefix finds (from the prompt cache
+    def reuse_prefix(
+        self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None, seq: int = 0
+    ) -> int:
+        """Bring sequence `seq` to the prefix cached_prefix finds (from the prompt cache
         where that holds more), dropping the rest; its length."""
-        n = self._held_prefix(ids, route, policy)
+        n = self._held_prefix(ids, route, policy, seq)
         if n is None:
             n = 0
         elif self.prompt_cache is not None:
-            n = self.prompt_cache.restore(self, ids, cached=n)
-        self.rewind(n)
+            n = self.prompt_cache.restore(self.sequence(seq), ids, cached=n)
+        self.rewind(n, seq=seq)
         return n
 
-    def _held_prefix(self, ids: Sequence[int], route: str, policy: Optional[ExitPolicy]) -> Optional[int]:
-        """The leading `ids` (at most len(ids) - 1) the cache holds from full-backbone
+    def _held_prefix(self, ids: Sequence[int], route: str, policy: Optional[ExitPolicy], seq: int) -> Optional[int]:
+        """The leading `ids` (at most len(ids) - 1) sequence `seq` holds from full-backbone
         forwards; None when the forward would exit, so no cached position qualifies."""
         if policy is not None and self._uses_exit(route, len(ids)) and policy.exits(self.n_layer):
             return None
         n = 0
-        for token, cached, depth in zip(ids[:-1], self._cached_ids, self._cached_depths):
+        for token, cached, depth in zip(ids[:-1], self._cached_ids[seq], self._cached_depths[seq]):
             if token != cached or depth != self.n_layer:
                 break
             n += 1
@@ -406,20 +449,21 @@ class GraphBackbone:
             )
         return self._state_key
 
-    def prefix_state(self) -> tuple[list[int], bytes]:
-        """The cached positions the full backbone computed, from the first on, and their K/V."""
+    def prefix_state(self, *, seq: int = 0) -> tuple[list[int], bytes]:
+        """The positions of sequence `seq` the full backbone computed, from the first
+        on, and their K/V."""
         n = 0
-        for depth in self._cached_depths:
+        for depth in self._cached_depths[seq]:
             if depth != self.n_layer:
                 break
             n += 1
-        return self._cached_ids[:n], self.engine.save_kv(n) if n else b""
+        return self._cached_ids[seq][:n], self.engine.save_kv(n, seq) if n else b""
 
-    def restore_prefix(self, ids: Sequence[int], state: bytes) -> None:
-        """Make the cache hold `ids` from the K/V prefix_state returned for them."""
-        self.engine.load_kv(len(ids), state)
-        self._cached_ids[:] = [int(t) for t in ids]
-        self._cached_depths[:] = [self.n_layer] * len(ids)
+    def restore_prefix(self, ids: Sequence[int], state: bytes, *, seq: int = 0) -> None:
+        """Make sequence `seq` hold `ids` from the K/V prefix_state returned for them."""
+        self.engine.load_kv(len(ids), state, seq)
+        self._cached_ids[seq][:] = [int(t) for t in ids]
+        self._cached_depths[seq][:] = [self.n_layer] * len(ids)
 
     def forward(
         self,
@@ -430,8 +474,9 @@ class GraphBackbone:
         policy: Optional[ExitPolicy] = None,
         exit_vocab: Optional[int] = None,
         prompt: bool = False,
+        seq: int = 0,
     ) -> np.ndarray:
-        """Append `ids` to the sequence and return their logits.
+        """Append `ids` to sequence `seq` and return their logits.
 
         Returns float32 of shape [len(ids), n_vocab], or [1, n_vocab] for the last
         position only when `last_only`. `route` picks the weights
@@ -442,9 +487,11 @@ class GraphBackbone:
         draft's head is a large share of its cost, and BPE vocabularies put frequent
         tokens first. `prompt`: the ids are a prompt, which every decoding prefills
         alike, so its rows take the fastest kernels whatever `exact` says (our own products, the
-        same bits as a step, where they cover the matrix; else ggml's). Raises
-        RiverError when an RPC server holding part of the model went away (and from
-        then on).
+        same bits as a step, where they cover the matrix; else ggml's). With several
+        sequences, the forward runs in a batch with other sequences' (see
+        river_cpp.engine.batcher), each row as this sequence alone computes it.
+        Raises RiverError when an RPC server holding part of the model went away (and
+        from then on).
         """
         ids = check_token_ids(ids)
         use_exit = self._uses_exit(route, ids.size)
@@ -459,14 +506,46 @@ class GraphBackbone:
         exit_config = None
         if use_exit and policy is not None:
             exit_config = self._exit_config(policy, int(exit_vocab or 0))
-        check_fits(int(ids.size), self.n_ctx, cached=self.n_past, room=0)
+        check_fits(int(ids.size), self.n_ctx, cached=self.engine.seq_n_past(seq), room=0)
+        ids = ids.astype(np.int32, copy=False)
+        if self._batcher is None:
+            logits, exit_layers = self._run_rows([(seq, ids, bool(last_only), bool(prompt))], exit_config)[0]
+        else:
+            batchable = ids.size <= self._batcher.n_batch and not (
+                exit_config is not None and self.engine.decides_by_check(exit_config)
+            )
+            request = ForwardRequest(seq, ids, bool(last_only), bool(prompt), exit_config, batchable)
+            n_past = self.engine.seq_n_past(seq)
+            try:
+                logits, exit_layers = self._batcher.forward(request)
+            except BaseException:
+                self.engine.rewind(n_past, seq)  # chunks of a prompt that ran before one failed
+                raise
+        self._cached_ids[seq].extend(int(t) for t in ids)
+        self._cached_depths[seq].extend(int(d) for d in exit_layers)
+        self._last_exit_layers[seq] = exit_layers
+        return logits
+
+    def _run_rows(
+        self, rows: Sequence[tuple[int, np.ndarray, bool, bool]], exit_config: Optional[_core.ExitConfig]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The one place the engine computes: (seq, ids, last_only, prompt) rows, one
+        sequence's alone (any length, any exit) or several sequences' in one batch;
+        each row's logits and exit layers."""
         if self._remote_devices:
             self._check_servers()
         if self.governor is not None:  # fewer threads while other processes hold CPUs
             n_threads = self.governor.threads()
             if n_threads != self.engine.n_threads:
                 self.engine.n_threads = n_threads
-        logits = self.engine.forward(ids.astype(np.int32, copy=False), bool(last_only), exit_config, bool(prompt))
-        self._cached_ids.extend(int(t) for t in ids)
-        self._cached_depths.extend(int(d) for d in self.engine.last_exit_layers)
-        return logits
+        if len(rows) == 1:
+            seq, ids, last_only, prompt = rows[0]
+            logits = self.engine.forward(ids, last_only, exit_config, prompt, seq)
+            return [(logits, self.engine.last_exit_layers)]
+        out = self.engine.forward_many([(s, i, lo, p) for s, i, lo, p in rows], exit_config)
+        layers = self.engine.last_exit_layers
+        result, first = [], 0
+        for (_, ids, _, _), logits in zip(rows, out):
+            result.append((logits, layers[first : first + ids.size]))
+            first += ids.size
+        return result

@@ -43,7 +43,11 @@ def _non_negative_int(name: str, value: object) -> int:
 class LoadOptions:
     """How RiverModel loads a GGUF; every field is checked when the value is made.
 
-    n_ctx: positions of the KV cache.
+    n_ctx: positions of the KV cache (of each sequence).
+    n_seq_max: sequences the KV cache holds, n_ctx positions each: generations on
+        several threads each take one and their forwards run together, every answer
+        as if alone (river_cpp.engine.sequences; the graph backbone; llama.cpp's
+        serves one sequence at a time).
     n_threads: threads of a forward (None: river_cpp._cpus.default_n_threads(), resolved
         here once).
     engine: the backbone (river_cpp.engine.backbone_choice): "auto" river-cpp's graph
@@ -80,6 +84,7 @@ class LoadOptions:
     """
 
     n_ctx: int = 2048
+    n_seq_max: int = 1
     n_threads: Optional[int] = None
     engine: str = "auto"
     river: Union[str, os.PathLike, None] = AUTO_RIVER
@@ -102,6 +107,7 @@ class LoadOptions:
             object.__setattr__(self, name, value)
 
         set_("n_ctx", positive_int("n_ctx", self.n_ctx))
+        set_("n_seq_max", positive_int("n_seq_max", self.n_seq_max))
         set_("n_threads", default_n_threads() if self.n_threads is None else positive_int("n_threads", self.n_threads))
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")

@@ -55,6 +55,11 @@ def cache_scope(scope: str) -> Iterator[None]:
         _scope.reset(token)
 
 
+def current_scope() -> str:
+    """The scope cache_scope set for this thread's (or task's) calls; "" outside one."""
+    return _scope.get()
+
+
 def _key(backbone: StatefulBackbone) -> str:
     scope = _scope.get()
     return backbone.state_key() + (f"\0scope={scope}" if scope else "")
