@@ -6,7 +6,10 @@
 #include <cstring>
 
 #include "common.h"
+#include "gguf_file.h"
 #include "gguf_header.h"
+#include "hparams.h"
+#include "kv_cache.h"
 #include "vocab_check.h"
 
 namespace py = pybind11;
@@ -111,6 +114,17 @@ py::dict gguf_info(const std::string & path, int64_t max_array) {
 }  // namespace
 
 void bind_gguf(py::module_ & m) {
+    m.def(
+        "kv_cache_bytes",
+        [](const std::string & path, int64_t n_ctx) {
+            if (n_ctx <= 0) {
+                throw river::Error("n_ctx must be positive, got " + std::to_string(n_ctx));
+            }
+            const river::GgufFile file(path, true);
+            return river::KvCache::size_for(river::read_hparams(file), n_ctx, 1);
+        },
+        py::arg("path"), py::arg("n_ctx"),
+        "The bytes of one sequence's KV cache of n_ctx positions for the graph backbone of the model at path.");
     m.def("gguf_info", &gguf_info, py::arg("path"), py::arg("max_array") = 1024,
           "The validated header of a GGUF file: metadata, value types and the tensor table.\n\n"
           "Arrays longer than max_array (-1: no limit) are summarised as\n"

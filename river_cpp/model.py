@@ -220,6 +220,15 @@ class RiverModel:
         return self.backbone.n_past
 
     @property
+    def kv_bytes_per_sequence(self) -> Optional[int]:
+        """Bytes of one sequence's KV cache (n_ctx positions, the river's rows among
+        them); None on llama.cpp's backbone, which sizes its own."""
+        backbone = self.backbone
+        if not isinstance(backbone, GraphBackbone):
+            return None
+        return backbone.engine.placement_sizes()["kv_cache"] // backbone.n_seq
+
+    @property
     def n_seq_max(self) -> int:
         """Sequences generations may run on at once (see LoadOptions.n_seq_max)."""
         return self._pool.n_seq

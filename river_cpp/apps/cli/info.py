@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+# The context the KV line of `info MODEL` is stated for (generate's and serve's --n-ctx default).
+KV_SHOWN_N_CTX = 2048
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -58,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         if backbone.kind == GRAPH:
             choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
             info["river_choice"] = choice.as_dict()
+            from river_cpp.engine import _core
+
+            info["backbone"]["kv_bytes_per_sequence"] = _core.kv_cache_bytes(args.model, KV_SHOWN_N_CTX)
         else:
             from river_cpp.engine.llama_backbone import probe_llama_cpp
 
@@ -71,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.model}\n" + backbone.describe())
             products = info["backbone"]["products"]
             print("matrix products: " + "; ".join(f"{t} x{p['matrices']}: {p['product']}" for t, p in products.items()))
+            if "kv_bytes_per_sequence" in info["backbone"]:
+                mib = info["backbone"]["kv_bytes_per_sequence"] / 2**20
+                print(
+                    f"KV cache: {mib:.1f} MiB per sequence of {KV_SHOWN_N_CTX} positions (F16); "
+                    f"`serve --parallel N` holds N of them"
+                )
             if "memory" in info["backbone"]:
                 from river_cpp.engine.llama_backbone import MEMORY_NOTES
 

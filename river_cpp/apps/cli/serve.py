@@ -26,7 +26,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     # Defaults are ServerConfig's (not imported here: the server extra may be missing).
     p.add_argument(
-        "--queue", type=int, metavar="N", help="requests that may wait while one runs; more get 503 (default 8)"
+        "--parallel",
+        type=int,
+        metavar="N",
+        help="requests run at once, each on its own sequence of n-ctx positions, their forwards batched"
+        " together; each answer is the one it would be alone (default 4)",
+    )
+    p.add_argument(
+        "--queue", type=int, metavar="N", help="requests that may wait while --parallel run; more get 503 (default 8)"
     )
     p.add_argument("--max-body-bytes", type=int, metavar="N", help="largest request body (default 1 MiB)")
     p.add_argument(
@@ -66,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         from river_cpp.apps.server import ServerConfig, serve
     except ImportError as error:
         raise ValueError(f"river-cpp serve needs the server extra: pip install 'river-cpp[server]' ({error})") from None
-    limits = {"queue_size": args.queue, "max_body_bytes": args.max_body_bytes}
+    limits = {"parallel": args.parallel, "queue_size": args.queue, "max_body_bytes": args.max_body_bytes}
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -83,5 +90,5 @@ def run(args: argparse.Namespace) -> int:
     # The served model's defaults: what a request whose `river` field does not say decodes with.
     chosen = cli_decoding(args)  # resolves -hf into args.model
     model_id = args.alias or os.path.basename(args.model)
-    serve(lambda: open_model(args, chosen, prompt_cache=prompt_cache), config, model_id)
+    serve(lambda: open_model(args, chosen, prompt_cache=prompt_cache, n_seq_max=config.parallel), config, model_id)
     return 0

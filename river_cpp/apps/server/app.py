@@ -329,7 +329,7 @@ async def _http_error(request: Request, error: HTTPException) -> Response:
 def build(load: Callable[[], Any], config: ServerConfig, model_id: str) -> tuple[Callable, ModelWorker]:
     """The ASGI app and its (started) worker, which loads the model in the background."""
     config.check()
-    worker = ModelWorker(load, queue_size=config.queue_size)
+    worker = ModelWorker(load, queue_size=config.queue_size, parallel=config.parallel)
     worker.start()
     return Server(worker, config, model_id).app(), worker
 

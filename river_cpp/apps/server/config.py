@@ -14,13 +14,17 @@ from river_cpp._net import is_loopback
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_QUEUE_SIZE = 8
+# Requests run at once (docs/server.md, "Slots": how it was chosen).
+DEFAULT_PARALLEL = 4
 
 
 @dataclass
 class ServerConfig:
     """How `river-cpp serve` listens and whom it serves.
 
-    queue_size: requests that may wait while one runs (more get 503 + Retry-After).
+    parallel: requests run at once, each on a sequence of its own (the model is loaded
+        with n_seq_max = parallel), their forwards batched together.
+    queue_size: requests that may wait while `parallel` run (more get 503 + Retry-After).
     allowed_hosts: Host header names accepted besides loopback and the bind address
         ("*": any). cors_origins: browser origins allowed (None: localhost pages only).
     api_key: required as "Authorization: Bearer KEY" on every route but /health.
@@ -37,6 +41,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: Optional[str] = None
+    parallel: int = DEFAULT_PARALLEL
     queue_size: int = DEFAULT_QUEUE_SIZE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     allowed_hosts: Sequence[str] = ()
@@ -52,6 +57,8 @@ class ServerConfig:
             raise ValueError(
                 f"refusing to serve on {self.host} (not loopback) without --api-key; pass --insecure to do it anyway"
             )
+        if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or self.parallel < 1:
+            raise ValueError(f"--parallel must be a positive integer, got {self.parallel!r}")
         if self.queue_size < 0:
             raise ValueError(f"the queue size must be >= 0, got {self.queue_size}")
         if self.max_body_bytes <= 0:

@@ -1,9 +1,11 @@
-"""The model's one thread: a bounded FIFO of jobs, each a request's generation,
+"""The model's threads: a bounded FIFO of jobs, each a request's generation,
 reporting to the event loop and stopping when cancelled.
 
-The engine is not reentrant, so one thread loads the model and runs every request in
-arrival order; the event loop only queues jobs and reads their events, and never
-waits on the model. Nothing here knows HTTP.
+One thread loads the model; then `parallel` threads take jobs in arrival order and
+run them, each on a sequence of its own (a model loaded with n_seq_max = parallel:
+river_cpp.engine.sequences), their forwards batched together. The event loop only
+queues jobs and reads their events, and never waits on the model. Nothing here knows
+HTTP.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sys
 import threading
 from collections import deque
 from typing import Any, Callable, Optional
@@ -86,11 +89,12 @@ class Job:
 
 
 class ModelWorker:
-    """The one thread that loads and runs the model; jobs wait in a bounded FIFO."""
+    """The threads that load and run the model; jobs wait in a bounded FIFO."""
 
-    def __init__(self, load: Callable[[], Any], *, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+    def __init__(self, load: Callable[[], Any], *, queue_size: int = DEFAULT_QUEUE_SIZE, parallel: int = 1) -> None:
         self._load = load
-        self.capacity = queue_size + 1  # the running job and those waiting
+        self.parallel = parallel
+        self.capacity = queue_size + parallel  # the running jobs and those waiting
         self._jobs: queue.Queue[Optional[Job]] = queue.Queue()
         self._pending = 0
         self._count_lock = threading.Lock()
@@ -98,20 +102,23 @@ class ModelWorker:
         self.load_error: Optional[BaseException] = None
         self.ready = threading.Event()
         self.finished: deque[Job] = deque(maxlen=32)  # the latest jobs, for tests and logs
-        self._scope = ""  # the prompt cache scope of the sequence the model holds
         self._thread = threading.Thread(target=self._main, name="river-cpp-model", daemon=True)
+        self._runners: list[threading.Thread] = []
 
     def start(self) -> None:
         """Start the thread: it loads the model, then runs jobs until stop()."""
         self._thread.start()
 
     def stop(self) -> None:
-        """Let the thread end after the jobs queued before this call."""
-        self._jobs.put(None)
+        """Let the threads end after the jobs queued before this call."""
+        for _ in range(self.parallel):
+            self._jobs.put(None)
 
     def join(self, timeout: Optional[float] = None) -> None:
-        """Wait for the thread to end (after stop())."""
+        """Wait for the threads to end (after stop())."""
         self._thread.join(timeout)
+        for runner in self._runners:
+            runner.join(timeout)
 
     @property
     def pending(self) -> int:
@@ -135,15 +142,31 @@ class ModelWorker:
             log.exception("loading the model failed")
             self.load_error = error
             return
+        self._runners = [
+            threading.Thread(target=self._run_jobs, name=f"river-cpp-job-{i}", daemon=True)
+            for i in range(self.parallel)
+        ]
+        for runner in self._runners:
+            runner.start()
+        kv = getattr(self.model, "kv_bytes_per_sequence", None)
+        print(
+            f"river-cpp serve: loaded; {getattr(self.model, 'n_seq_max', 1)} request(s) at once, "
+            f"{getattr(self.model, 'n_ctx', '?')} positions each"
+            + (f", KV cache {kv / 2**20:.1f} MiB per slot" if kv else "")
+            + f"; {self.capacity - self.parallel} may wait",
+            file=sys.stderr,
+            flush=True,
+        )
         self.ready.set()
+
+    def _run_jobs(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
             try:
-                if job.scope != self._scope:  # the sequence the model holds is another scope's
-                    self._scope = job.scope
-                    getattr(self.model, "reset", lambda: None)()
+                # the model keeps each sequence's tokens for the next request of the same
+                # scope only (river_cpp.engine.sequences)
                 with cache_scope(job.scope):
                     job.run(self.model)
             finally:
