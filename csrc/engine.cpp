@@ -427,8 +427,9 @@ void Engine::forward_many(const std::vector<SeqRows> & rows, const ExitConfig * 
         check_exit(*exit);
     }
     if (exit && decides_by_check(*exit)) {
-        throw Error("a forward of several sequences runs the full backbone or every layer on the river: "
-                    "an exit decided by a check would depend on every sequence in the batch");
+        throw Error(
+            "a forward of several sequences runs the full backbone or every layer on the river: "
+            "an exit decided by a check would depend on every sequence in the batch");
     }
     check_forward(rows, exit);
     int64_t n_tokens = 0;
@@ -547,9 +548,15 @@ Engine::BatchData Engine::batch_data(const std::vector<SeqRows> & rows) const {
     bool all_rows = true;   // the head scores every row
     for (const SeqRows & r : rows) {
         const int64_t n_past = kv_->n_past(r.seq), n_tokens = r.n_ids, first_cell = kv_->first_cell(r.seq);
-        SeqData seq{r.seq, batch.n_tokens(), n_tokens, std::min(GGML_PAD(n_past + n_tokens, k_kv_padding), n_ctx()),
-                    params_.exact != ExactMode::off && !r.prompt && n_tokens <= params_.exact_rows, r.last_only,
-                    r.logits, {}, {}};
+        SeqData seq{r.seq,
+                    batch.n_tokens(),
+                    n_tokens,
+                    std::min(GGML_PAD(n_past + n_tokens, k_kv_padding), n_ctx()),
+                    params_.exact != ExactMode::off && !r.prompt && n_tokens <= params_.exact_rows,
+                    r.last_only,
+                    r.logits,
+                    {},
+                    {}};
         const int64_t n_kv = seq.n_kv;
         seq.kq_mask.resize(n_kv * n_tokens);
         for (int64_t i = 0; i < n_tokens; ++i) {

@@ -29,8 +29,8 @@ ggml_tensor * mul_mat(const GraphContext & g, ggml_tensor * w, ggml_tensor * cur
 // Attention's products by the cache (K, V), exact_mul_mat where the sequence's rows are exact.
 ggml_tensor * cache_mul_mat(const GraphContext & g, const SeqAttention & seq, ggml_tensor * cache, ggml_tensor * cur,
                             const char * name, int64_t il) {
-    ggml_tensor * out = seq.exact && exact_mul_mat_supports(cache) ? exact_mul_mat(g.ctx, cache, cur)
-                                                                   : ggml_mul_mat(g.ctx, cache, cur);
+    ggml_tensor * out =
+        seq.exact && exact_mul_mat_supports(cache) ? exact_mul_mat(g.ctx, cache, cur) : ggml_mul_mat(g.ctx, cache, cur);
     ggml_format_name(out, "%s-%d", name, static_cast<int>(il));
     return out;
 }
@@ -69,8 +69,7 @@ ggml_tensor * build_post_norm(const GraphContext & g, ggml_tensor * cur, ggml_te
 // One sequence's rows attending over its cells, as a batch of those rows alone would.
 // Qcur: [head, n_head, n_tokens of the sequence], rotated (and scaled, with kq_scale 1)
 // -> [n_embd_q, n_tokens of the sequence]
-ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & seq, ggml_tensor * Qcur,
-                     float kq_scale) {
+ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & seq, ggml_tensor * Qcur, float kq_scale) {
     ggml_context * ctx = g.ctx;
     const HParams & hp = g.hp;
     const int64_t head = hp.n_embd_head, n_kv = seq.n_kv;

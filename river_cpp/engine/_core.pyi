@@ -18,6 +18,10 @@ def build_river(
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> None: ...
 def river_type_name(name: str) -> str: ...
+def kv_cache_bytes(path: str, n_ctx: int) -> int:
+    """The bytes of one sequence's KV cache of n_ctx positions for the graph backbone of
+    the model at path (its header only)."""
+
 def gguf_info(path: str, max_array: int = 1024) -> dict[str, Any]:
     """The validated header of a GGUF file, read with bounded reads (no mapping, no
     tensor data; milliseconds for any file size). Raises RiverError naming the file
@@ -140,8 +144,10 @@ class Engine:
         exact_rows: int = 129,
         own_types: Sequence[str] = (),
         own_kernels: str = "auto",
+        n_seq: int = 1,
     ) -> None:
-        """cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
+        """n_seq: sequences the KV cache holds, n_ctx positions each.
+        cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
         repacked into (none by default); RiverError for a name this ggml lacks.
         own_types: the weight types ("q4_K", ...) whose host matrices take our own
         batch-invariant products in every forward, on own_kernels ("auto": the fastest
@@ -152,12 +158,29 @@ class Engine:
         products by F32/F16/BF16 and by repacked matrices), "bitwise" (all: the
         backbone is not repacked) or "off" (ggml's kernels by batch size)."""
     def forward(
-        self, ids: npt.ArrayLike, last_only: bool, exit: Optional[ExitConfig] = None, prompt: bool = False
+        self,
+        ids: npt.ArrayLike,
+        last_only: bool,
+        exit: Optional[ExitConfig] = None,
+        prompt: bool = False,
+        seq: int = 0,
     ) -> npt.NDArray[np.float32]:
-        """Append ids and return their logits ([len(ids) or 1, n_vocab]); tokens leave
-        the backbone as `exit` says (None: every token runs the full backbone).
-        prompt: the ids are a prompt, which every decoding prefills alike, so its rows
-        take the fastest kernels whatever the exact mode (ours where they cover a matrix)."""
+        """Append ids to sequence `seq` and return their logits ([len(ids) or 1,
+        n_vocab]); tokens leave the backbone as `exit` says (None: every token runs the
+        full backbone). prompt: the ids are a prompt, which every decoding prefills
+        alike, so its rows take the fastest kernels whatever the exact mode (ours where
+        they cover a matrix)."""
+    def forward_many(
+        self, rows: Sequence[tuple[int, npt.ArrayLike, bool, bool]], exit: Optional[ExitConfig] = None
+    ) -> list[npt.NDArray[np.float32]]:
+        """Several sequences' tokens in one batch of at most n_batch rows: rows of (seq,
+        ids, last_only, prompt), each sequence at most once; their logits in that order,
+        each row as its sequence alone computes it (bit for bit where the products are
+        batch-invariant). exit: None (the full backbone) or a configuration that exits
+        at depth 0 (see decides_by_check). RiverError, every sequence as it was, else."""
+    def decides_by_check(self, exit: ExitConfig) -> bool:
+        """Whether a forward under `exit` decides its depth by a similarity check over
+        its batch, so that it cannot share a batch with other sequences."""
     def check_exit(self, exit: ExitConfig) -> None:
         """RiverError unless `exit` fits this model (forward checks the one it is given)."""
     def load_river(self, path: str) -> None: ...
@@ -209,13 +232,19 @@ class Engine:
         run and that ggml's scheduler ran on the CPU instead (empty: none)."""
     @property
     def reuse_graphs(self) -> bool: ...
-    def read_kv(self, layer: int, pos: int, n: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
-    def save_kv(self, n: int) -> bytes:
-        """The cache's first n positions, every layer's K and V (the river's rows among them), as bytes."""
-    def load_kv(self, n: int, data: bytes | bytearray | memoryview) -> None:
-        """Put back what save_kv(n) returned: the cache then holds those n positions."""
-    def rewind(self, n_past: int) -> None: ...
-    def reset(self) -> None: ...
+    def read_kv(
+        self, layer: int, pos: int, n: int, seq: int = 0
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+    def save_kv(self, n: int, seq: int = 0) -> bytes:
+        """A sequence's first n positions, every layer's K and V (the river's rows among them), as bytes."""
+    def load_kv(self, n: int, data: bytes | bytearray | memoryview, seq: int = 0) -> None:
+        """Put back what save_kv(n) returned: the sequence then holds those n positions."""
+    def rewind(self, n_past: int, seq: int = 0) -> None: ...
+    def reset(self, seq: int = 0) -> None: ...
+    def seq_n_past(self, seq: int) -> int:
+        """Positions sequence `seq` holds (RiverError for one the cache does not hold)."""
+    @property
+    def n_seq(self) -> int: ...
     n_threads: int
     @property
     def has_river(self) -> bool: ...
@@ -224,7 +253,8 @@ class Engine:
     @property
     def last_similarities(self) -> npt.NDArray[np.float32]: ...
     @property
-    def n_past(self) -> int: ...
+    def n_past(self) -> int:
+        """Positions sequence 0 holds."""
     @property
     def n_ctx(self) -> int: ...
     @property
