@@ -376,6 +376,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("arch", [](const river::Engine & e) { return e.hparams().arch; })
         .def_property_readonly("n_embd_kv", [](const river::Engine & e) { return e.hparams().n_embd_kv(); });
 
+    m.attr("MIN_PROMPT_BATCH") = river::Engine::min_prompt_batch;
     m.def("build_river", &build_river, py::arg("engine"), py::arg("layer_types"), py::arg("head_type"),
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");

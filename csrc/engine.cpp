@@ -387,8 +387,12 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
     last_exit_layers_.clear();
     const int64_t n_past_before = n_past(seq);
     try {
-        for (int64_t start = 0; start < n_ids; start += params_.n_batch) {
-            const int64_t n = std::min(params_.n_batch, n_ids - start);
+        for (int64_t start = 0, n = 0; start < n_ids; start += n) {
+            n = std::min(params_.n_batch, n_ids - start);
+            const int64_t rest = n_ids - start - n;
+            if (prompt && rest > 0 && rest < min_prompt_batch && n - (min_prompt_batch - rest) >= min_prompt_batch) {
+                n -= min_prompt_batch - rest;   // see min_prompt_batch
+            }
             const bool is_last = start + n == n_ids;
             float * out = nullptr;
             if (!last_only) {

@@ -146,6 +146,13 @@ public:
     // in range); forward runs it on the configuration it is given.
     void check_exit(const ExitConfig & exit) const;
 
+    // A prompt's rows are computed alike in every batch of at least this many rows, but
+    // ggml multiplies a batch of one row by the cache (attention) in another order: so
+    // a prompt of several tokens never runs a batch of one row (the last batch of a long
+    // one takes two), and callers that cut prompts or reuse a cached prefix keep to that
+    // too (river_cpp.engine), so that where a prompt is cut never changes its bits.
+    static constexpr int64_t min_prompt_batch = 2;
+
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
     // n_vocab per position, or only the last position's row when last_only. Tokens
     // leave the backbone as `exit` says; nullptr (or a model without a river): every

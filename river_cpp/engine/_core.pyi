@@ -130,6 +130,10 @@ class ExitConfig:
     @property
     def exit_vocab(self) -> int: ...
 
+# A prompt's rows are computed alike in any batch of at least this many rows (one row
+# alone takes another order): prompts are never cut into smaller pieces.
+MIN_PROMPT_BATCH: int
+
 class Engine:
     def __init__(
         self,

@@ -55,6 +55,15 @@ def is_river_file(river: str) -> bool:
     return os.path.exists(river) or river.endswith(".gguf")
 
 
+def _leave_a_prompt_batch(ids: Sequence[int], n: int) -> int:
+    """At most `n` cached positions to reuse of `ids`, leaving the prompt's forward at
+    least _core.MIN_PROMPT_BATCH rows: a prompt's rows computed one alone take other bits
+    than in a cold prefill, so a reused prefix could change the answer."""
+    if len(ids) < _core.MIN_PROMPT_BATCH:
+        return n
+    return max(0, min(n, len(ids) - _core.MIN_PROMPT_BATCH))
+
+
 def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:
     """The servers of `remote_devices` (endpoint -> device names) that went away; their
     devices are marked lost on the engine, which then never talks to them again."""
@@ -395,7 +404,8 @@ class GraphBackbone:
     ) -> int:
         """How many leading `ids` sequence `seq`, or the prompt cache, holds as a cold forward
         of them on `route` under `policy` (None: never exits) computes them, at most
-        len(ids) - 1; a query.
+        len(ids) - 2 (the rest run as one prompt batch of two rows or more: a row run alone
+        would take other bits); a query.
 
         Only positions computed by the full backbone qualify, and only when the
         route runs the full backbone (or the policy never exits): a prompt that exits
@@ -406,7 +416,7 @@ class GraphBackbone:
             return 0
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
             n = self.prompt_cache.longest(self.sequence(seq), ids, cached=n)
-        return n
+        return _leave_a_prompt_batch(ids, n)
 
     def reuse_prefix(
         self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None, seq: int = 0
@@ -418,6 +428,7 @@ class GraphBackbone:
             n = 0
         elif self.prompt_cache is not None:
             n = self.prompt_cache.restore(self.sequence(seq), ids, cached=n)
+        n = _leave_a_prompt_batch(ids, n)
         self.rewind(n, seq=seq)
         return n
 
