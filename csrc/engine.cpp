@@ -699,7 +699,9 @@ float Engine::run_segment(const Segment & seg, const BatchData & batch) {
     bool built = false;
     ComputeGraph & graph = graphs_->get(
         key, [&](ggml_context * ctx, ggml_cgraph * gf, ComputeGraph & out) { build_segment(seg, key, ctx, gf, out); },
-        params_.reuse_graphs && n_tokens <= k_max_kept_tokens, built);
+        // a batch of several sequences is kept by none: its shape (each sequence's cells,
+        // rows and n_kv) rarely comes back, and every kept graph holds compute buffers
+        params_.reuse_graphs && n_tokens <= k_max_kept_tokens && batch.seqs.size() == 1, built);
     const auto computing = std::chrono::steady_clock::now();
     if (built) {
         stats_.builds += 1;

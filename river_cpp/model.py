@@ -436,7 +436,10 @@ class RiverModel:
             if seq is not None:
                 self._pool.release(seq)
             raise
-        generation = GenerationStream(self._on_sequence(chunks, target, seq))
+        on_sequence = self._on_sequence(chunks, target, seq)
+        if seq is not None:
+            next(on_sequence)  # started: closing or dropping it from now on gives the sequence back
+        generation = GenerationStream(on_sequence)
         if stream:
             return generation
         for _ in generation:
@@ -446,6 +449,7 @@ class RiverModel:
     def _on_sequence(self, chunks: GenerationStream, target, seq: Optional[int]):
         """`chunks` and their result on `target`, sequence `seq` of the model (None: the
         model's own, whose lock is taken at the first chunk); given back at the end."""
+        taken_early = seq is not None
         if seq is None:
             seq, fresh = self._pool.acquire([[]], None)
             if fresh:  # it held another prompt-cache scope's tokens
@@ -454,6 +458,8 @@ class RiverModel:
         if batcher is not None:  # a batch waits for the sequences in use
             batcher.hold(1)
         try:
+            if taken_early:
+                yield None  # the caller starts the generator here, so that its finally runs
             try:
                 yield from chunks
             finally:

@@ -375,7 +375,13 @@ def _draft(
         for source in sources.values():
             source.keep(history)
     offers, named = {}, {}
+    # Where other sequences share the backbone's batches (river_cpp.engine.sequences),
+    # their rows fill each batch already: a draft that costs forwards of its own (the
+    # river, a draft model) then loses on a CPU, while lookups, free, still pay.
+    shared = getattr(model, "shares_batches", False)
     for name, source in sources.items():
+        if shared and not isinstance(source, LookupDraft):
+            continue
         most = spec.max_lookup if isinstance(source, LookupDraft) else spec.max_draft
         available = source.available(history, most)
         if available:

@@ -86,6 +86,11 @@ class ForwardBatcher:
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
+    @property
+    def in_use(self) -> int:
+        """Sequences held by generations now."""
+        return self._in_use
+
     def hold(self, delta: int) -> None:
         """A generation took (+1) or gave back (-1) a sequence: how many a batch waits for."""
         with self._condition:

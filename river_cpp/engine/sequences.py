@@ -81,6 +81,12 @@ class BackboneSequence:
         return self.backbone.tokenizer
 
     @property
+    def shares_batches(self) -> bool:
+        """Whether other sequences are in use, so that this one's forwards share batches."""
+        batcher = self.backbone.batcher
+        return batcher is not None and batcher.in_use > 1
+
+    @property
     def n_past(self) -> int:
         """Positions this sequence holds."""
         return self.backbone.seq_n_past(self.seq)
