@@ -7,7 +7,8 @@ take turns: each round runs every workload on every server, one server at a time
 the noise of the machine falls on all alike.
 
 - throughput: `clients` threads each send `requests` chat prompts in turn (streamed,
-  greedy, `max_tokens` each); aggregate completion tokens per second of wall time.
+  `max_tokens` each, greedy and seeded by turns); aggregate completion tokens per
+  second of wall time, and each answer's text, to compare with one at a time.
 - waiting: a long answer (`long_tokens`) streams; once it has run a while, a short
   request (a prompt of about 40 tokens, 16 tokens out) arrives. Its time to first
   token, against the same request on the idle server first, and the long stream's
@@ -105,21 +106,25 @@ class Streamed:
 
     sent: float
     token_times: list[float] = field(default_factory=list)  # each content chunk's arrival
+    text: str = ""
 
     @property
     def ttft(self) -> float:
         return self.token_times[0] - self.sent
 
 
-def stream_chat(port: int, prompt: str, max_tokens: int, on_token: Optional[Callable[[], None]] = None) -> Streamed:
-    """POST a greedy streamed chat completion; the arrival time of each chunk with text."""
+def stream_chat(
+    port: int,
+    prompt: str,
+    max_tokens: int,
+    on_token: Optional[Callable[[], None]] = None,
+    seed: Optional[int] = None,
+) -> Streamed:
+    """POST a streamed chat completion, greedy (or sampled at temperature 0.8 with
+    `seed`); the arrival time of each chunk with text, and the text."""
+    sampling = {"temperature": 0} if seed is None else {"temperature": 0.8, "seed": seed}
     body = json.dumps(
-        {
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "stream": True,
-        }
+        {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "stream": True, **sampling}
     )
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     record = Streamed(time.perf_counter())
@@ -135,6 +140,7 @@ def stream_chat(port: int, prompt: str, max_tokens: int, on_token: Optional[Call
         for choice in chunk.get("choices", []):
             if choice.get("delta", {}).get("content"):
                 record.token_times.append(time.perf_counter())
+                record.text += choice["delta"]["content"]
                 if on_token is not None:
                     on_token()
     connection.close()
@@ -142,15 +148,17 @@ def stream_chat(port: int, prompt: str, max_tokens: int, on_token: Optional[Call
 
 
 def throughput(port: int, clients: int, requests: int, max_tokens: int) -> dict:
-    """`clients` threads, `requests` prompts each in turn: chunks (about one per token) per second."""
+    """`clients` threads, `requests` prompts each in turn (odd ones seeded): chunks
+    (about one per token) per second, and each prompt's answer."""
     prompts = chat_prompts(clients * requests)
-    records: list[Streamed] = []
+    records: dict[int, Streamed] = {}
     errors: list[BaseException] = []
 
     def client(i: int) -> None:
         try:
             for r in range(requests):
-                records.append(stream_chat(port, prompts[i * requests + r], max_tokens))
+                n = i * requests + r
+                records[n] = stream_chat(port, prompts[n], max_tokens, seed=n if n % 2 else None)
         except BaseException as error:  # noqa: BLE001 - reported after the run
             errors.append(error)
 
@@ -163,8 +171,9 @@ def throughput(port: int, clients: int, requests: int, max_tokens: int) -> dict:
     wall = time.perf_counter() - start
     if errors:
         raise errors[0]
-    tokens = sum(len(r.token_times) for r in records)
-    return {"seconds": wall, "tokens": tokens, "tokens_per_s": tokens / wall}
+    tokens = sum(len(r.token_times) for r in records.values())
+    texts = [records[n].text for n in sorted(records)]
+    return {"seconds": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "texts": texts}
 
 
 def waiting(port: int, long_tokens: int, short_tokens: int, settle_s: float) -> dict:
@@ -268,7 +277,15 @@ def summarize(results: dict, one_at_a_time: str, control: Optional[str]) -> dict
             "long_rate_alone": _median([w["long_rate_alone"] for w in waits]),
             "long_rate_shared": _median([w["long_rate_shared"] for w in waits]),
         }
-    for s in per_server.values():
+    reference = results[one_at_a_time]["throughput"]
+    for name, s in per_server.items():
+        if name.startswith("river-cpp"):  # the same answers as one at a time (llama.cpp's sampler is another)
+            pairs = [
+                (a, b)
+                for run, ref in zip(results[name]["throughput"], reference)
+                for a, b in zip(run["texts"], ref["texts"])
+            ]
+            s["identical"] = [sum(a == b for a, b in pairs), len(pairs)]
         s["vs_one_at_a_time"] = s["tokens_per_s"] / per_server[one_at_a_time]["tokens_per_s"]
         if control is not None:
             s["vs_control"] = s["tokens_per_s"] / per_server[control]["tokens_per_s"]
@@ -282,14 +299,15 @@ def report(summary: dict) -> str:
     """The summary as a table."""
     lines = [
         f"{'server':<26} {'tokens/s':>9} {'vs 1-at-a-time':>15} {'vs control':>11} {'short ttft idle':>16} "
-        f"{'beside long':>12} {'ratio':>6} {'long stream drop':>17}"
+        f"{'beside long':>12} {'ratio':>6} {'long stream drop':>17} {'same answers':>13}"
     ]
     for name, s in summary.items():
         control = f"{s['vs_control']:.2f}x" if "vs_control" in s else "-"
         drop = f"{100 * s['long_rate_drop']:.0f}%" if "long_rate_drop" in s else "-"
+        same = f"{s['identical'][0]}/{s['identical'][1]}" if "identical" in s else "-"
         lines.append(
             f"{name:<26} {s['tokens_per_s']:9.2f} {s['vs_one_at_a_time']:14.2f}x {control:>11} "
             f"{s['short_ttft_idle_s']:15.2f}s {s['short_ttft_beside_long_s']:11.2f}s {s['ttft_ratio']:5.1f}x "
-            f"{drop:>17}"
+            f"{drop:>17} {same:>13}"
         )
     return "\n".join(lines)

@@ -82,7 +82,7 @@ def context_params(info: GgufInfo, keywords: LlamaKeywords, pooling_type: int, *
         n_ctx=options.n_ctx,
         n_batch=n_batch,
         n_ubatch=min(n_batch, int(sizing["n_ubatch"])),
-        n_seq_max=1,
+        n_seq_max=options.n_seq_max,
         n_threads=options.n_threads,
         n_threads_batch=int(sizing["n_threads_batch"] or options.n_threads),
         rope_scaling_type=rope_type,
