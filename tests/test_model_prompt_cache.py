@@ -11,7 +11,7 @@ import time
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.engine.prompt_cache import PromptCache
+from river_cpp.engine.prompt_cache import PromptCache, cache_scope
 
 DOC_A = list(range(300, 360))
 DOC_B = list(range(700, 760))
@@ -40,6 +40,22 @@ def test_reuse_gives_the_fresh_tokens(tiny_llama, engine):
     assert [r.token_ids for r in results] == expected  # A, B, then A and B again: each from the cache
     assert [r.cached_tokens for r in results] == [0, 0, len(DOC_A), len(DOC_B)]
     assert cache.hits == 2 and cache.reused_tokens >= 2 * 60
+
+
+@pytest.mark.parametrize("n_seq_max", [1, 2])
+def test_a_sequence_another_scope_filled_is_forgotten(tiny_llama, n_seq_max):
+    """The tokens a sequence holds serve the next request of the scope that filled it
+    only (the server's scope per API key): another scope's request starts it afresh."""
+    with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, n_seq_max=n_seq_max) as model:
+        cached = []
+        for scope in ("a", "a", "b", "b", "a"):
+            with cache_scope(scope):
+                for _ in range(n_seq_max):  # every sequence, filled by this scope
+                    cached.append(model.generate(DOC_A + [11, 12], max_tokens=2, speculative=False).cached_tokens)
+    per_scope = cached[::n_seq_max]
+    assert per_scope[0] == 0 and per_scope[1] == len(DOC_A)  # "a" reuses what "a" left (all but two rows)
+    assert per_scope[2] == 0 and per_scope[3] > 0  # "b" does not; then its own
+    assert per_scope[4] == 0  # "a" again: "b" filled every sequence since
 
 
 def test_a_disk_cached_prefix_after_a_restart_and_a_damaged_file(tiny_llama, tmp_path, caplog):

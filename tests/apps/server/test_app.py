@@ -361,7 +361,7 @@ def test_a_client_that_disconnects_stops_its_generation(server, model, monkeypat
 
 
 def test_a_full_queue_answers_503_with_retry_after(model):
-    with live_server(lambda: model, queue_size=1) as live:
+    with live_server(lambda: model, queue_size=1, parallel=1) as live:
         assert live.worker.ready.wait(10)
         answers: list[int] = []
 

@@ -1,6 +1,6 @@
 """The server's prompt cache isolation: each job runs in its client's cache scope (a hash
-of the API key it presented, or one shared scope with --share-prompt-cache), and the
-worker forgets the sequence the model holds when the scope changes."""
+of the API key it presented, or one shared scope with --share-prompt-cache); the model
+forgets a sequence another scope filled (tests/test_model_prompt_cache.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,11 @@ WAIT = 10
 
 
 class ScopeModel:
-    """Records the cache scope each completion ran in, and each reset."""
+    """Records the cache scope each completion ran in."""
 
     def __init__(self) -> None:
         self.events: list[str] = []
         self.done = threading.Semaphore(0)
-
-    def reset(self) -> None:
-        self.events.append("reset")
 
     def create_completion(self, prompt, **options):
         self.events.append(prompt_cache._scope.get())
@@ -34,7 +31,7 @@ class ScopeModel:
         return {"choices": [{"text": "x", "finish_reason": "stop"}]}
 
 
-def test_jobs_run_in_their_scope_and_a_new_scope_forgets_the_held_sequence():
+def test_jobs_run_in_their_scope():
     model = ScopeModel()
     worker = ModelWorker(lambda: model)
     worker.start()
@@ -48,7 +45,7 @@ def test_jobs_run_in_their_scope_and_a_new_scope_forgets_the_held_sequence():
         worker.stop()
         worker.join(WAIT)
         loop.close()
-    assert model.events == ["", "reset", "key-a", "key-a", "reset", "key-b", "reset", ""]
+    assert model.events == ["", "key-a", "key-a", "key-b", ""]
 
 
 def test_the_scope_of_a_request():
