@@ -18,9 +18,11 @@ the noise of the machine falls on all alike.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -176,10 +178,19 @@ def throughput(port: int, clients: int, requests: int, max_tokens: int) -> dict:
     return {"seconds": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "texts": texts}
 
 
+def short_prompt() -> str:
+    """The short request's prompt, new each time: a prompt the server cached would be
+    answered without its prefill."""
+    return f"Question {next(_short_prompts)}. {SHORT_PROMPT}"
+
+
+_short_prompts = itertools.count()
+
+
 def waiting(port: int, long_tokens: int, short_tokens: int, settle_s: float) -> dict:
     """The short request's time to first token alone and beside a long stream, and the
     long stream's rate before and while they share."""
-    idle = stream_chat(port, SHORT_PROMPT, short_tokens)
+    idle = stream_chat(port, short_prompt(), short_tokens)
     started = threading.Event()
     long_record: list[Streamed] = []
 
@@ -190,7 +201,7 @@ def waiting(port: int, long_tokens: int, short_tokens: int, settle_s: float) -> 
     thread.start()
     started.wait(600)
     time.sleep(settle_s)  # the long stream runs alone for a while
-    short = stream_chat(port, SHORT_PROMPT, short_tokens)
+    short = stream_chat(port, short_prompt(), short_tokens)
     thread.join()
     times = long_record[0].token_times
 
@@ -258,8 +269,8 @@ def run(
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
-    kept = sorted(v for v in values if v is not None)
-    return kept[len(kept) // 2] if kept else None
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
 
 
 def summarize(results: dict, one_at_a_time: str, control: Optional[str]) -> dict:

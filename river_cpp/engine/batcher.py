@@ -75,6 +75,8 @@ class ForwardBatcher:
         self._closed = False
         self.batches = 0  # batches run, and of them, those of several sequences
         self.shared_batches = 0
+        self.rows = 0  # rows of sequences computed, over all batches
+        self.compute_seconds = 0.0  # in the engine
         self._thread = threading.Thread(target=self._main, name="river-cpp-batcher", daemon=True)
         self._thread.start()
 
@@ -165,6 +167,8 @@ class ForwardBatcher:
         rows = [(r.seq, r.ids[r.done : r.done + n], r.last_only, r.prompt) for r, n in taken]
         self.batches += 1
         self.shared_batches += len(rows) > 1
+        self.rows += sum(len(ids) for _, ids, _, _ in rows)
+        start = time.perf_counter()
         try:
             results = self._run(rows, exit)
         except BaseException as error:  # noqa: BLE001 - each request gets its own outcome
@@ -177,6 +181,7 @@ class ForwardBatcher:
                         results.append(self._run([row], exit)[0])
                     except BaseException as alone:  # noqa: BLE001
                         results.append(alone)
+        self.compute_seconds += time.perf_counter() - start
         for (request, n), result in zip(taken, results):
             self._deliver(request, n, result)
 

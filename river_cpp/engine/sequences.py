@@ -174,15 +174,14 @@ class SequencePool:
             self._condition.notify_all()
 
     def _acquire(self, held: Sequence[Sequence[int]], prompt_ids: Optional[Sequence[int]], scope: str) -> int:
+        def score(s: int) -> tuple[int, float]:
+            shared = common_prefix(held[s], prompt_ids) if prompt_ids and self._scopes[s] == scope else 0
+            return shared, -self._last_used[s]
+
+        order = sorted(range(self.n_seq), key=score, reverse=True)
         with self._condition:
             while True:
-                free = [s for s in range(self.n_seq) if not self.locks[s].locked()]
-
-                def score(s: int) -> tuple[int, float]:
-                    shared = common_prefix(held[s], prompt_ids) if prompt_ids and self._scopes[s] == scope else 0
-                    return shared, -self._last_used[s]
-
-                for seq in sorted(free, key=score, reverse=True):
+                for seq in order:  # the best that is free (or already this thread's)
                     if self.locks[seq].acquire(blocking=False):
                         return seq
                 # a lock held outside the pool (sequence 0's, by the model's own calls)
