@@ -29,7 +29,6 @@ from river_cpp.engine.placement import Placement, offload_devices, plan_placemen
 from river_cpp.engine.policy import ExitPolicy, check_policy
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
 from river_cpp.engine.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
-from river_cpp.engine.sequences import BackboneSequence
 from river_cpp.engine.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -560,3 +559,116 @@ class GraphBackbone:
             result.append((logits, layers[first : first + ids.size]))
             first += ids.size
         return result
+
+
+class BackboneSequence:
+    """One sequence of a GraphBackbone's cache, behind the Backbone protocol
+    (river_cpp.engine.backbone): what a generation on that sequence runs on. Its
+    drafting statistics and draft memory, kept per backbone object, are its own."""
+
+    kind = "graph"
+    rewinds_anywhere = True
+
+    def __init__(self, backbone: GraphBackbone, seq: int) -> None:
+        self.backbone = backbone
+        self.seq = seq
+
+    @property
+    def seed(self) -> Optional[int]:
+        return self.backbone.seed
+
+    @property
+    def prompt_cache(self) -> Optional[PromptCache]:
+        return self.backbone.prompt_cache
+
+    @property
+    def n_vocab(self) -> int:
+        return self.backbone.n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        return self.backbone.n_ctx
+
+    @property
+    def n_embd(self) -> int:
+        return self.backbone.n_embd
+
+    @property
+    def n_layer(self) -> int:
+        return self.backbone.n_layer
+
+    @property
+    def n_threads(self) -> int:
+        return self.backbone.n_threads
+
+    @property
+    def has_river(self) -> bool:
+        return self.backbone.has_river
+
+    @property
+    def policy(self) -> ExitPolicy:
+        return self.backbone.policy
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.backbone.tokenizer
+
+    @property
+    def shares_batches(self) -> bool:
+        """Whether other sequences are in use, so that this one's forwards share batches."""
+        batcher = self.backbone.batcher
+        return batcher is not None and batcher.in_use > 1
+
+    @property
+    def n_past(self) -> int:
+        """Positions this sequence holds."""
+        return self.backbone.seq_n_past(self.seq)
+
+    @property
+    def cached_ids(self) -> list[int]:
+        return self.backbone.sequence_ids(self.seq)
+
+    @property
+    def last_exit_layers(self) -> np.ndarray:
+        return self.backbone.seq_last_exit_layers(self.seq)
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self.backbone.tokenize(text, add_bos=add_bos, special=special)
+
+    def check_policy(self, policy: ExitPolicy) -> None:
+        self.backbone.check_policy(policy)
+
+    def state_key(self) -> str:
+        return self.backbone.state_key()
+
+    def reset(self) -> None:
+        self.backbone.reset(seq=self.seq)
+
+    def rewind(self, n_past: int) -> None:
+        self.backbone.rewind(n_past, seq=self.seq)
+
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+        prompt: bool = False,
+    ) -> np.ndarray:
+        return self.backbone.forward(
+            ids, last_only=last_only, route=route, policy=policy, exit_vocab=exit_vocab, prompt=prompt, seq=self.seq
+        )
+
+    def cached_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        return self.backbone.cached_prefix(ids, route=route, policy=policy, seq=self.seq)
+
+    def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
+        return self.backbone.reuse_prefix(ids, route=route, policy=policy, seq=self.seq)
+
+    def prefix_state(self) -> tuple[list[int], bytes]:
+        return self.backbone.prefix_state(seq=self.seq)
+
+    def restore_prefix(self, ids: Sequence[int], state: bytes) -> None:
+        self.backbone.restore_prefix(ids, state, seq=self.seq)
