@@ -16,7 +16,8 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from river_cpp import RiverError, RiverModel
+from river_cpp import RiverError, RiverModel, Speculative
+from river_cpp.decoding.speculative_stats import SourceStats
 from river_cpp.engine import _core
 from river_cpp.engine.context import ContextOverflowError
 from river_cpp.engine.own_products import own_products
@@ -515,3 +516,21 @@ def test_llama_cpps_backbone_serves_one_sequence_at_a_time(tiny_llama):
         results = [thread.finish() for thread in threads]
         for prompt, result in zip(PROMPTS, results):
             assert result.token_ids == served_alone(model, prompt, max_tokens=8, temperature=0).token_ids
+
+
+def test_a_sequence_drafts_from_the_river_only_while_it_runs_alone(multi):
+    """While other sequences are in use their rows fill each batch, so the loop offers
+    only free drafts; alone, the river drafts as on a one-sequence model."""
+    river_every_round = Speculative(draft="river", adaptive=False, max_draft=3, memory=False)
+
+    def river_rounds() -> int:
+        result = multi.generate(PROMPTS[0], max_tokens=12, temperature=0, speculative=river_every_round)
+        return result.speculative.by_source.get("river", SourceStats()).rounds
+
+    assert river_rounds() > 0
+    batcher = multi.backbone.batcher
+    batcher.hold(1)  # as if another generation held a sequence
+    try:
+        assert river_rounds() == 0
+    finally:
+        batcher.hold(-1)
