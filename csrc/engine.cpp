@@ -290,10 +290,7 @@ std::map<std::string, std::vector<std::string>> Engine::fallback_ops() const {
 }
 
 int64_t Engine::n_past(int64_t seq) const {
-    if (seq < 0 || seq >= params_.n_seq) {
-        throw Error("sequence " + std::to_string(seq) + " is not in the KV cache (it holds sequences 0 to " +
-                    std::to_string(params_.n_seq - 1) + ")");
-    }
+    KvCache::check_seq(seq, params_.n_seq);   // before place() too, when there is no cache yet
     return kv_ ? kv_->n_past(seq) : 0;
 }
 
@@ -410,32 +407,37 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
     }
 }
 
-bool Engine::decides_by_check(const ExitConfig & exit) const {
-    const int64_t depth_limit = has_river() ? hp_.n_layer - exit.tail_layers : 0;
-    if (depth_limit <= 0 || exit.thresholds[0] < 1.0f) {
-        return false;   // no river layer runs, or every one does
-    }
-    for (int64_t d = 1; d < depth_limit; ++d) {
-        if (std::isfinite(exit.thresholds[d]) || exit.thresholds[d] < 0) {
-            return true;
+int64_t Engine::river_depth_limit(const ExitConfig * exit) const {
+    return has_river() && exit ? hp_.n_layer - exit->tail_layers : 0;
+}
+
+bool Engine::exits_at_start(const ExitConfig * exit) const {
+    return river_depth_limit(exit) > 0 && exit->thresholds[0] < 1.0f;
+}
+
+int64_t Engine::next_check(const ExitConfig * exit, int64_t after) const {
+    for (int64_t d = after + 1; d < river_depth_limit(exit); ++d) {
+        if (std::isfinite(exit->thresholds[d]) || exit->thresholds[d] < 0) {
+            return d;
         }
     }
-    return false;
+    return hp_.n_layer;
+}
+
+bool Engine::decides_by_check(const ExitConfig & exit) const {
+    return !exits_at_start(&exit) && next_check(&exit, 0) < hp_.n_layer;
 }
 
 void Engine::forward_many(const std::vector<SeqRows> & rows, const ExitConfig * exit) {
     if (rows.empty()) {
         throw Error("forward_many needs at least one sequence");
     }
-    if (exit) {
-        check_exit(*exit);
-    }
+    check_forward(rows, exit);
     if (exit && decides_by_check(*exit)) {
         throw Error(
             "a forward of several sequences runs the full backbone or every layer on the river: "
             "an exit decided by a check would depend on every sequence in the batch");
     }
-    check_forward(rows, exit);
     int64_t n_tokens = 0;
     for (const SeqRows & r : rows) {
         n_tokens += r.n_ids;
@@ -490,24 +492,13 @@ void Engine::check_logits(const float * logits, int64_t n_rows, int64_t n_scored
 int64_t Engine::forward_batch(const BatchData & batch, const ExitConfig * exit) {
     const int64_t n_layer = hp_.n_layer;
     const ExitConfig & config = exit ? *exit : k_full_backbone;
-    // Exiting at or after this depth would run no river layer at all.
-    const int64_t depth_limit = has_river() && exit ? n_layer - config.tail_layers : 0;
-    auto next_check = [&](int64_t after) {
-        for (int64_t d = after + 1; d < depth_limit; ++d) {
-            if (std::isfinite(config.thresholds[d]) || config.thresholds[d] < 0) {
-                return d;
-            }
-        }
-        return n_layer;
-    };
-
     int64_t done = 0;   // backbone layers this batch has run
     last_similarities_.assign(n_layer, std::numeric_limits<float>::quiet_NaN());
-    if (depth_limit > 0 && config.thresholds[0] < 1.0f) {
+    if (exits_at_start(exit)) {
         run_segment({0, n_layer, 0, false, config}, batch);
         return 0;
     }
-    for (int64_t check = next_check(0); check < n_layer; check = next_check(check)) {
+    for (int64_t check = next_check(exit, 0); check < n_layer; check = next_check(exit, check)) {
         const float similarity = run_segment({done, check, n_layer, true, config}, batch);
         done = check;
         last_similarities_[check] = similarity;
@@ -583,7 +574,7 @@ Engine::BatchData Engine::batch_data(const std::vector<SeqRows> & rows) const {
             batch.ids.push_back(r.ids[t]);
             batch.positions.push_back(static_cast<int32_t>(n_past + t));
             batch.k_rows.push_back(cell);
-            for (int64_t c = 0; c < n_embd_kv; ++c) {
+            for (int64_t c = 0; c < n_embd_kv; ++c) {   // in (token, dim) order, as the graph reshapes Vcur
                 batch.v_rows.push_back(c * n_cells + cell);
             }
             if (!r.last_only || t == n_tokens - 1) {
@@ -594,7 +585,6 @@ Engine::BatchData Engine::batch_data(const std::vector<SeqRows> & rows) const {
         batch.exact = batch.exact || seq.exact;
         batch.seqs.push_back(std::move(seq));
     }
-    // v_rows is in (token, dim) order, as the graph reshapes Vcur
     if (all_rows || rows.size() == 1) {
         batch.out_rows.clear();   // the graph takes all rows, or a view of the last
     }

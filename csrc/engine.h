@@ -245,6 +245,14 @@ private:
 
     // Throws naming the first lost device, if any.
     void check_devices() const;
+    // Under `exit` (nullptr: the full backbone), the depth at or after which exiting would
+    // run no river layer at all; 0 where no batch leaves the backbone.
+    int64_t river_depth_limit(const ExitConfig * exit) const;
+    // Whether a batch under `exit` runs every layer before the tail on the river.
+    bool exits_at_start(const ExitConfig * exit) const;
+    // The first depth after `after` where a batch under `exit` checks its similarity
+    // (n_layer: none).
+    int64_t next_check(const ExitConfig * exit, int64_t after) const;
     // Checks what a forward of `rows` asks, places the model if it is not yet placed.
     void check_forward(const std::vector<SeqRows> & rows, const ExitConfig * exit);
     int64_t forward_batch(const BatchData & batch, const ExitConfig * exit);

@@ -51,16 +51,16 @@ size_t KvCache::n_bytes() const {
     return ggml_backend_buffer_get_size(buffer_.get());
 }
 
-int64_t KvCache::first_cell(int64_t seq) const {
-    if (seq < 0 || seq >= n_seq()) {
+int64_t KvCache::check_seq(int64_t seq, int64_t n_seq) {
+    if (seq < 0 || seq >= n_seq) {
         throw Error("sequence " + std::to_string(seq) + " is not in the KV cache (it holds sequences 0 to " +
-                    std::to_string(n_seq() - 1) + ")");
+                    std::to_string(n_seq - 1) + ")");
     }
-    return seq * n_ctx_;
+    return seq;
 }
 
 void KvCache::advance(int64_t seq, int64_t n_tokens) {
-    int64_t & n_past = n_past_[first_cell(seq) / n_ctx_];
+    int64_t & n_past = n_past_[check_seq(seq, n_seq())];
     if (n_past + n_tokens > n_ctx_) {
         throw Error("KV cache overflow: " + std::to_string(n_past + n_tokens) + " > n_ctx " + std::to_string(n_ctx_));
     }
@@ -68,7 +68,7 @@ void KvCache::advance(int64_t seq, int64_t n_tokens) {
 }
 
 void KvCache::rewind(int64_t seq, int64_t n_past) {
-    int64_t & held = n_past_[first_cell(seq) / n_ctx_];
+    int64_t & held = n_past_[check_seq(seq, n_seq())];
     if (n_past < 0 || n_past > held) {
         throw Error("cannot rewind the KV cache to " + std::to_string(n_past) + " (it holds " + std::to_string(held) +
                     " positions)");
@@ -116,7 +116,7 @@ void KvCache::load(int64_t seq, int64_t n, const uint8_t * data) {
             data += row;
         }
     }
-    n_past_[cell / n_ctx_] = n;
+    n_past_[seq] = n;
 }
 
 }  // namespace river

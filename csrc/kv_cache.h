@@ -32,9 +32,11 @@ public:
     int64_t n_ctx() const { return n_ctx_; }
     int64_t n_seq() const { return static_cast<int64_t>(n_past_.size()); }
     int64_t n_cells() const { return n_ctx_ * n_seq(); }
+    // Throws unless seq is one of n_seq sequences (0 .. n_seq - 1); returns it.
+    static int64_t check_seq(int64_t seq, int64_t n_seq);
     // The cell of sequence seq's position 0; throws for a sequence it does not hold.
-    int64_t first_cell(int64_t seq) const;
-    int64_t n_past(int64_t seq) const { return n_past_[first_cell(seq) / n_ctx_]; }
+    int64_t first_cell(int64_t seq) const { return check_seq(seq, n_seq()) * n_ctx_; }
+    int64_t n_past(int64_t seq) const { return n_past_[check_seq(seq, n_seq())]; }
     size_t n_bytes() const;
 
     // K of layer il, row per cell:                [n_embd_kv, n_cells]
