@@ -421,23 +421,19 @@ class RiverModel:
             check_alone(policy, speculative, sampling, sampling_options)
         if decoding.sampling.seed is None and self.seed is not None:
             decoding = dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=self.seed))
-        backbone = self.backbone
-        if self._pool.n_seq == 1:  # the model's sequence, taken at the first chunk
-            seq, target = None, backbone
+        if self._pool.n_seq == 1:  # the model's own sequence, whose lock the first chunk takes
+            taken, target = None, self.backbone
         else:  # a free sequence, taken now
-            held = [backbone.sequence_ids(s) for s in range(self._pool.n_seq)]
-            seq, fresh = self._pool.acquire(held, None if isinstance(prompt, str) else prompt)
-            target = backbone.sequence(seq)
+            taken = self._take_sequence(prompt)
+            target = taken[1]
         try:
-            if seq is not None and fresh:  # it held another prompt-cache scope's tokens
-                target.reset()
             chunks = stream_generate(target, prompt, decoding=decoding, **options)
         except BaseException:
-            if seq is not None:
-                self._pool.release(seq)
+            if taken is not None:
+                self._pool.release(taken[0])
             raise
-        on_sequence = self._on_sequence(chunks, target, seq)
-        if seq is not None:
+        on_sequence = self._on_sequence(chunks, prompt, taken)
+        if taken is not None:
             next(on_sequence)  # started: closing or dropping it from now on gives the sequence back
         generation = GenerationStream(on_sequence)
         if stream:
@@ -446,19 +442,32 @@ class RiverModel:
             pass
         return generation.result
 
-    def _on_sequence(self, chunks: GenerationStream, target, seq: Optional[int]):
-        """`chunks` and their result on `target`, sequence `seq` of the model (None: the
-        model's own, whose lock is taken at the first chunk); given back at the end."""
-        taken_early = seq is not None
-        if seq is None:
-            seq, fresh = self._pool.acquire([[]], None)
-            if fresh:  # it held another prompt-cache scope's tokens
+    def _take_sequence(self, prompt: Union[str, Sequence[int]]) -> tuple[int, Any]:
+        """A free sequence for a generation of `prompt` (waiting for one; see
+        SequencePool.acquire), emptied first where another prompt-cache scope filled it,
+        and the backbone the loop runs on there."""
+        backbone = self.backbone
+        several = self._pool.n_seq > 1
+        held = [backbone.sequence_ids(s) for s in range(self._pool.n_seq)] if several else [[]]
+        seq, fresh = self._pool.acquire(held, None if isinstance(prompt, str) else prompt)
+        target = backbone.sequence(seq) if several else backbone
+        if fresh:
+            try:
                 target.reset()
+            except BaseException:
+                self._pool.release(seq)
+                raise
+        return seq, target
+
+    def _on_sequence(self, chunks: GenerationStream, prompt: Union[str, Sequence[int]], taken):
+        """`chunks` and their result on a sequence of the model: `taken` (seq, target),
+        or (None) the model's own, taken at the first chunk; given back at the end."""
+        seq, target = self._take_sequence(prompt) if taken is None else taken
         batcher = self._backbone.batcher if self._pool.n_seq > 1 else None
         if batcher is not None:  # a batch waits for the sequences in use
             batcher.hold(1)
         try:
-            if taken_early:
+            if taken is not None:
                 yield None  # the caller starts the generator here, so that its finally runs
             try:
                 yield from chunks

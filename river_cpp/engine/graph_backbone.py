@@ -552,7 +552,7 @@ class GraphBackbone:
             seq, ids, last_only, prompt = rows[0]
             logits = self.engine.forward(ids, last_only, exit_config, prompt, seq)
             return [(logits, self.engine.last_exit_layers)]
-        out = self.engine.forward_many([(s, i, lo, p) for s, i, lo, p in rows], exit_config)
+        out = self.engine.forward_many(list(rows), exit_config)
         layers = self.engine.last_exit_layers
         result, first = [], 0
         for (_, ids, _, _), logits in zip(rows, out):
