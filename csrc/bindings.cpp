@@ -183,6 +183,8 @@ py::dict graph_stats_dict(const river::GraphStats & s) {
     d["reuses"] = s.reuses;
     d["build_seconds"] = s.build_seconds;
     d["compute_seconds"] = s.compute_seconds;
+    d["kept_graphs"] = s.kept_graphs;
+    d["kept_bytes"] = s.kept_bytes;
     return d;
 }
 

@@ -279,6 +279,15 @@ std::map<std::string, size_t> Engine::placed_bytes() const {
     return bytes;
 }
 
+GraphStats Engine::graph_stats() const {
+    GraphStats stats = stats_;
+    if (graphs_) {
+        stats.kept_graphs = graphs_->kept();
+        stats.kept_bytes = graphs_->kept_bytes();
+    }
+    return stats;
+}
+
 std::map<std::string, std::vector<std::string>> Engine::fallback_ops() const {
     std::map<std::string, std::vector<std::string>> ops;
     if (graphs_) {

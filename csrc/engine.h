@@ -63,6 +63,8 @@ struct GraphStats {
     int64_t reuses = 0;
     double build_seconds = 0;     // graph construction, scheduling and allocation
     double compute_seconds = 0;   // inputs set, computed, outputs read
+    size_t kept_graphs = 0;       // graphs kept for reuse now, and their compute buffers' bytes
+    size_t kept_bytes = 0;
 };
 
 // The bytes a placement plan weighs: what each placeable part would occupy.
@@ -200,7 +202,7 @@ public:
         eval_user_data_ = user_data;
     }
 
-    const GraphStats & graph_stats() const { return stats_; }
+    GraphStats graph_stats() const;
     // Per device name, the ops of the graphs built so far that it cannot run and that
     // ran on the CPU instead (see fallback.h); empty when every op ran where placed.
     std::map<std::string, std::vector<std::string>> fallback_ops() const;

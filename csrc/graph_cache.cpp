@@ -29,7 +29,10 @@ struct GraphCache::Slot {
     GraphKey key;
     bool valid = false;
     uint64_t last_use = 0;
-    std::vector<uint8_t> meta;   // the tensor and graph structs of the graph
+    // the tensor and graph structs of the graph: left uninitialized (ggml_init writes
+    // what it uses), so that a kept graph's pages are only those its structs fill
+    std::unique_ptr<uint8_t[]> meta;
+    size_t meta_size = 0;
     ggml_context * ctx = nullptr;
     ComputeGraph graph;
 
@@ -53,6 +56,18 @@ void GraphCache::clear() {
     scratch_.reset();
 }
 
+size_t GraphCache::kept_bytes() const {
+    size_t bytes = 0;
+    for (const auto & slot : slots_) {
+        if (slot->graph.sched) {
+            for (ggml_backend_t backend : backends_) {
+                bytes += ggml_backend_sched_get_buffer_size(slot->graph.sched, backend);
+            }
+        }
+    }
+    return bytes;
+}
+
 void GraphCache::forsake() {
     if (scratch_) {
         scratch_->graph.sched = nullptr;
@@ -67,14 +82,15 @@ void GraphCache::build_into(Slot & slot, const GraphKey & key, const BuildFn & b
     if (!slot.graph.sched) {
         slot.graph.sched = ggml_backend_sched_new(backends_.data(), nullptr, static_cast<int>(backends_.size()),
                                                   k_max_graph_nodes, /*parallel*/ false, /*op_offload*/ false);
-        slot.meta.resize(ggml_tensor_overhead() * k_max_graph_nodes +
-                         ggml_graph_overhead_custom(k_max_graph_nodes, false));
+        slot.meta_size =
+            ggml_tensor_overhead() * k_max_graph_nodes + ggml_graph_overhead_custom(k_max_graph_nodes, false);
+        slot.meta.reset(new uint8_t[slot.meta_size]);
     }
     ggml_backend_sched_reset(slot.graph.sched);
     if (slot.ctx) {
         ggml_free(slot.ctx);
     }
-    ggml_init_params params{slot.meta.size(), slot.meta.data(), true};
+    ggml_init_params params{slot.meta_size, slot.meta.get(), true};
     slot.ctx = ggml_init(params);
     ggml_backend_sched_t sched = slot.graph.sched;
     slot.graph = ComputeGraph{};

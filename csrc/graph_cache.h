@@ -78,6 +78,9 @@ public:
     // (device, op) pairs the scheduler ran on the CPU because the device cannot
     // (see fallback.h), over every graph built so far; each is logged once as found.
     const std::set<std::pair<std::string, std::string>> & fallbacks() const { return fallbacks_; }
+    // The graphs kept now, and the compute buffer bytes they hold on every device.
+    size_t kept() const { return slots_.size(); }
+    size_t kept_bytes() const;
 
 private:
     struct Slot;

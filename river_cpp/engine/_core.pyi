@@ -228,7 +228,8 @@ class Engine:
         """The kernels our own products run on ("" where no matrix takes them)."""
     @property
     def graph_stats(self) -> dict[str, float]:
-        """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset."""
+        """{"builds", "reuses", "build_seconds", "compute_seconds"} since the last reset, and
+        "kept_graphs", "kept_bytes": the graphs kept for reuse now and their compute buffers."""
     def reset_graph_stats(self) -> None: ...
     @property
     def fallback_ops(self) -> dict[str, list[str]]:

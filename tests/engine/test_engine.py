@@ -8,6 +8,7 @@ import pytest
 from llama_run import llama_logits_and_greedy, llama_run
 
 from river_cpp import RiverError, RiverModel
+from river_cpp.engine import _core
 from river_cpp.engine.extra_bufts import REPACK, extra_bufts
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
@@ -268,3 +269,19 @@ def test_a_log_sink_does_not_crash_the_process_at_exit():
     code = "from river_cpp.engine import _core; _core.set_log_sink(lambda level, message: None)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_kept_graphs_and_their_buffers_are_reported(tiny_llama):
+    """graph_stats says how many graphs the engine keeps and what their compute buffers
+    hold: one per new shape of a short batch, none for a prompt (built for its one use)."""
+    engine = _core.Engine(str(tiny_llama), 256, 256, 1)
+    engine.forward(list(range(10, 110)), True)
+    assert engine.graph_stats["kept_graphs"] == 0
+    for n in (1, 2, 3):
+        engine.rewind(100)
+        engine.forward(list(range(20, 20 + n)), False)
+    stats = engine.graph_stats
+    assert stats["kept_graphs"] == 3 and stats["kept_bytes"] > 0
+    engine.rewind(100)
+    engine.forward([20, 21], False)  # a shape kept before: reused
+    assert engine.graph_stats["kept_graphs"] == 3 and engine.graph_stats["reuses"] == stats["reuses"] + 1
