@@ -58,9 +58,9 @@ public:
     // is of a type in `types` and own_mul_mat_supports, multiplied by `kernels`. The
     // slots keep ggml's tensors (token lookups read them). Where the buffers map files
     // (`mapped`), a packed matrix's pages are given back to the system, to be read again
-    // only if something does.
+    // only if something does. Packs on n_threads threads; the bytes do not depend on it.
     void pack(const std::vector<ggml_tensor **> & tensors, const std::vector<ggml_backend_buffer_t> & host_buffers,
-              const std::vector<ggml_type> & types, const own::Kernels & kernels, bool mapped);
+              const std::vector<ggml_type> & types, const own::Kernels & kernels, bool mapped, int n_threads);
 
     // The packed form of w, or of the matrix whose first rows the view w is; nullptr if none.
     const OwnMatrix * find(const ggml_tensor * w) const;
