@@ -36,28 +36,21 @@ int64_t column_block(size_t col_bytes) {
     return std::max<int64_t>(4, std::min<int64_t>(64, fit) / 4 * 4);
 }
 
-// dst = the first dst->ne[0] rows of the packed matrix x the quantized columns. Threads
-// take contiguous ranges of row groups; every element is computed by one kernel call
-// as own_quant.h defines it, so neither the column count nor nth changes a bit.
-void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const OwnMatrix & m = *static_cast<const OwnMatrix *>(userdata);
-    const ggml_tensor * cols = dst->src[1];
-    const int64_t n_rows = dst->ne[0], n_cols = dst->ne[1];
+}  // namespace
+
+// Every element is computed by one kernel call as own_quant.h defines it, so neither the
+// column count nor the range of row groups changes a bit.
+void own_gemm_groups(const OwnMatrix & m, int64_t n_rows, int64_t first, int64_t last, const uint8_t * cols,
+                     size_t col_bytes, int64_t n_cols, float * out, size_t out_stride) {
     const int64_t n_blocks = m.n_in / m.layout->block;
     const size_t group_bytes = static_cast<size_t>(n_blocks) * m.layout->group_bytes;
-    const size_t col_bytes = cols->nb[1];
-    const size_t out_stride = dst->nb[1] / sizeof(float);
     const own::GroupKernel kernel = m.kernels->of(m.layout->type);
-    const int64_t groups = own::n_groups(n_rows);
-    const int64_t first = groups * ith / nth, last = groups * (ith + 1) / nth;
     const int64_t block = column_block(col_bytes);
     const auto * packed = static_cast<const uint8_t *>(m.packed->data);
-    const auto * quantized = static_cast<const uint8_t *>(cols->data);
-    float * out = static_cast<float *>(dst->data);
     std::vector<float> tail;   // the last row group's 8 rows, where n_rows is not a multiple of 8
     for (int64_t c0 = 0; c0 < n_cols; c0 += block) {
         const int64_t nc = std::min(block, n_cols - c0);
-        const uint8_t * block_cols = quantized + c0 * col_bytes;
+        const uint8_t * block_cols = cols + c0 * col_bytes;
         int64_t g = first;
         // whole row groups, two at a time where there are two
         while (g < last && (g + 1) * own::k_group_rows <= n_rows) {
@@ -77,6 +70,19 @@ void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             }
         }
     }
+}
+
+namespace {
+
+// dst = the first dst->ne[0] rows of the packed matrix x the quantized columns. Threads
+// take contiguous ranges of row groups, so nth changes no bit.
+void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const OwnMatrix & m = *static_cast<const OwnMatrix *>(userdata);
+    const ggml_tensor * cols = dst->src[1];
+    const int64_t n_rows = dst->ne[0];
+    const int64_t groups = own::n_groups(n_rows);
+    own_gemm_groups(m, n_rows, groups * ith / nth, groups * (ith + 1) / nth, static_cast<const uint8_t *>(cols->data),
+                    cols->nb[1], dst->ne[1], static_cast<float *>(dst->data), dst->nb[1] / sizeof(float));
 }
 
 // Row groups per piece of a matrix that one packing thread takes at a time: small enough
