@@ -19,6 +19,7 @@ namespace py = pybind11;
 
 void bind_gguf(py::module_ & m);    // bindings_gguf.cpp
 void bind_exact(py::module_ & m);   // bindings_exact.cpp
+void bind_bench(py::module_ & m);   // bindings_bench.cpp
 
 namespace {
 
@@ -384,6 +385,7 @@ PYBIND11_MODULE(_core, m) {
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");
     bind_gguf(m);
     bind_exact(m);
+    bind_bench(m);
     m.def("devices", &devices_list, py::arg("rpc_endpoints") = std::vector<std::string>{},
           "The devices ggml offers (of the RPC ones, those of rpc_endpoints): offloading ones first, the CPU last.");
     m.def("cpu_extra_buffer_types", &cpu_extra_buffer_type_names,

@@ -231,7 +231,7 @@ void Engine::place(const Placement & placement) {
         std::vector<ggml_tensor **> all = backbone_matrices;
         all.insert(all.end(), river_matrices.begin(), river_matrices.end());
         own_.pack(all, host_buffers, own_types(params_.own_types), own::kernels_named(params_.own_kernels),
-                  params_.use_mmap);
+                  params_.use_mmap, n_threads_);
     }
     // the rest may be repacked, except that a bitwise engine multiplies the backbone's host
     // matrices in their plain layout

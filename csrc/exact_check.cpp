@@ -69,7 +69,7 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
         if (!own::layout_of(type)) {
             throw Error(std::string("our own products do not cover ") + ggml_type_name(type));
         }
-        own.pack({&w}, {weight_buffer.get()}, {type}, own::kernels_named(own_kernels), false);
+        own.pack({&w}, {weight_buffer.get()}, {type}, own::kernels_named(own_kernels), false, n_threads);
         packed = own.find(w);
     }
     ggml_tensor * y = packed  ? own_mul_mat(ctx.get(), *packed, x, n_out, own_inputs)

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 #include "common.h"
 
@@ -33,28 +36,21 @@ int64_t column_block(size_t col_bytes) {
     return std::max<int64_t>(4, std::min<int64_t>(64, fit) / 4 * 4);
 }
 
-// dst = the first dst->ne[0] rows of the packed matrix x the quantized columns. Threads
-// take contiguous ranges of row groups; every element is computed by one kernel call
-// as own_quant.h defines it, so neither the column count nor nth changes a bit.
-void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const OwnMatrix & m = *static_cast<const OwnMatrix *>(userdata);
-    const ggml_tensor * cols = dst->src[1];
-    const int64_t n_rows = dst->ne[0], n_cols = dst->ne[1];
+}  // namespace
+
+// Every element is computed by one kernel call as own_quant.h defines it, so neither the
+// column count nor the range of row groups changes a bit.
+void own_gemm_groups(const OwnMatrix & m, int64_t n_rows, int64_t first, int64_t last, const uint8_t * cols,
+                     size_t col_bytes, int64_t n_cols, float * out, size_t out_stride) {
     const int64_t n_blocks = m.n_in / m.layout->block;
     const size_t group_bytes = static_cast<size_t>(n_blocks) * m.layout->group_bytes;
-    const size_t col_bytes = cols->nb[1];
-    const size_t out_stride = dst->nb[1] / sizeof(float);
     const own::GroupKernel kernel = m.kernels->of(m.layout->type);
-    const int64_t groups = own::n_groups(n_rows);
-    const int64_t first = groups * ith / nth, last = groups * (ith + 1) / nth;
     const int64_t block = column_block(col_bytes);
     const auto * packed = static_cast<const uint8_t *>(m.packed->data);
-    const auto * quantized = static_cast<const uint8_t *>(cols->data);
-    float * out = static_cast<float *>(dst->data);
     std::vector<float> tail;   // the last row group's 8 rows, where n_rows is not a multiple of 8
     for (int64_t c0 = 0; c0 < n_cols; c0 += block) {
         const int64_t nc = std::min(block, n_cols - c0);
-        const uint8_t * block_cols = quantized + c0 * col_bytes;
+        const uint8_t * block_cols = cols + c0 * col_bytes;
         int64_t g = first;
         // whole row groups, two at a time where there are two
         while (g < last && (g + 1) * own::k_group_rows <= n_rows) {
@@ -75,6 +71,23 @@ void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
         }
     }
 }
+
+namespace {
+
+// dst = the first dst->ne[0] rows of the packed matrix x the quantized columns. Threads
+// take contiguous ranges of row groups, so nth changes no bit.
+void gemm_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const OwnMatrix & m = *static_cast<const OwnMatrix *>(userdata);
+    const ggml_tensor * cols = dst->src[1];
+    const int64_t n_rows = dst->ne[0];
+    const int64_t groups = own::n_groups(n_rows);
+    own_gemm_groups(m, n_rows, groups * ith / nth, groups * (ith + 1) / nth, static_cast<const uint8_t *>(cols->data),
+                    cols->nb[1], dst->ne[1], static_cast<float *>(dst->data), dst->nb[1] / sizeof(float));
+}
+
+// Row groups per piece of a matrix that one packing thread takes at a time: small enough
+// that the threads end together, large enough to stream (256 rows).
+constexpr int64_t k_pack_piece_groups = 32;
 
 // Gives the whole pages inside [data, data + size) of a read-only mapping back to the
 // system; a later read maps them from the file again.
@@ -121,7 +134,7 @@ bool own_mul_mat_supports(const ggml_tensor * w) {
 
 void OwnMatrices::pack(const std::vector<ggml_tensor **> & tensors,
                        const std::vector<ggml_backend_buffer_t> & host_buffers, const std::vector<ggml_type> & types,
-                       const own::Kernels & kernels, bool mapped) {
+                       const own::Kernels & kernels, bool mapped, int n_threads) {
     std::vector<ggml_tensor *> chosen;
     for (ggml_tensor ** slot : tensors) {
         ggml_tensor * w = *slot;
@@ -153,12 +166,55 @@ void OwnMatrices::pack(const std::vector<ggml_tensor **> & tensors,
         throw Error("cannot allocate memory for the packed matrices");
     }
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    for (ggml_tensor * w : chosen) {
-        const OwnMatrix & m = matrices_[w];
-        own::pack(*m.layout, w->data, w->nb[1], m.n_in, m.n_rows, m.packed->data);
-        if (mapped) {
-            release_pages(w->data, ggml_nbytes(w));
+    // Each matrix in pieces of whole row groups; thread t of n packs pieces t, t + n, ...,
+    // so each matrix's pieces are spread over every thread, the same way each time (and
+    // every thread packs where there are as many pieces). own::pack of a piece's rows
+    // writes exactly its groups' bytes of the whole matrix's packing (groups are packed
+    // one after the other, each from its own 8 rows): the bytes do not depend on n.
+    struct Piece {
+        size_t matrix;   // index in `chosen`
+        int64_t first_group, n_groups;
+    };
+    std::vector<Piece> pieces;
+    std::vector<std::atomic<int64_t>> pieces_left(chosen.size());
+    for (size_t i = 0; i < chosen.size(); ++i) {
+        const int64_t groups = own::n_groups(chosen[i]->ne[1]);
+        for (int64_t g = 0; g < groups; g += k_pack_piece_groups) {
+            pieces.push_back({i, g, std::min(k_pack_piece_groups, groups - g)});
         }
+        pieces_left[i] = (groups + k_pack_piece_groups - 1) / k_pack_piece_groups;
+    }
+    const size_t n = std::clamp<size_t>(static_cast<size_t>(std::max(n_threads, 1)), 1, pieces.size());
+    const auto work = [&](size_t t) {
+        for (size_t p = t; p < pieces.size(); p += n) {
+            const Piece & piece = pieces[p];
+            const ggml_tensor * w = chosen[piece.matrix];
+            const OwnMatrix & m = matrices_.find(w)->second;
+            const int64_t r0 = piece.first_group * own::k_group_rows;
+            const size_t group_bytes = own::packed_size(*m.layout, m.n_in, own::k_group_rows);
+            own::pack(*m.layout, static_cast<const uint8_t *>(w->data) + r0 * w->nb[1], w->nb[1], m.n_in,
+                      std::min(piece.n_groups * own::k_group_rows, m.n_rows - r0),
+                      static_cast<uint8_t *>(m.packed->data) + piece.first_group * group_bytes);
+            if (--pieces_left[piece.matrix] == 0 && mapped) {  // the matrix's last piece: its pages are read no more
+                release_pages(w->data, ggml_nbytes(w));
+            }
+        }
+    };
+    std::vector<std::thread> threads;
+    size_t started = 1;
+    for (; started < n; ++started) {
+        try {
+            threads.emplace_back(work, started);
+        } catch (const std::system_error &) {  // no more threads to be had
+            break;
+        }
+    }
+    work(0);
+    for (size_t t = started; t < n; ++t) {  // the shares of threads that did not start
+        work(t);
+    }
+    for (std::thread & t : threads) {
+        t.join();
     }
 }
 

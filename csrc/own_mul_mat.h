@@ -44,6 +44,13 @@ private:
 ggml_tensor * own_mul_mat(ggml_context * ctx, const OwnMatrix & m, ggml_tensor * cur, int64_t n_rows,
                           OwnInputs & inputs);
 
+// One thread's share of a product: row groups [first, last) of m times n_cols quantized
+// columns (column c at cols + c * col_bytes) into the first n_rows rows (n_rows <= m.n_rows)
+// of out, column c at out + c * out_stride. gemm_op runs it on each thread of a graph;
+// the microbenchmark (own_bench.cpp) on one.
+void own_gemm_groups(const OwnMatrix & m, int64_t n_rows, int64_t first, int64_t last, const uint8_t * cols,
+                     size_t col_bytes, int64_t n_cols, float * out, size_t out_stride);
+
 // Whether own_mul_mat can take w: host memory in ggml's plain layout, a covered type,
 // a 2-D matrix whose rows are whole blocks.
 bool own_mul_mat_supports(const ggml_tensor * w);
@@ -58,9 +65,9 @@ public:
     // is of a type in `types` and own_mul_mat_supports, multiplied by `kernels`. The
     // slots keep ggml's tensors (token lookups read them). Where the buffers map files
     // (`mapped`), a packed matrix's pages are given back to the system, to be read again
-    // only if something does.
+    // only if something does. Packs on n_threads threads; the bytes do not depend on it.
     void pack(const std::vector<ggml_tensor **> & tensors, const std::vector<ggml_backend_buffer_t> & host_buffers,
-              const std::vector<ggml_type> & types, const own::Kernels & kernels, bool mapped);
+              const std::vector<ggml_type> & types, const own::Kernels & kernels, bool mapped, int n_threads);
 
     // The packed form of w, or of the matrix whose first rows the view w is; nullptr if none.
     const OwnMatrix * find(const ggml_tensor * w) const;

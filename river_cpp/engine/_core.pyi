@@ -63,6 +63,19 @@ def ggml_version() -> dict[str, str]:
 def own_kernels() -> list[str]:
     """The own products' kernels this CPU runs, fastest first; "reference" (the definition) last."""
 
+def own_instruction_peaks(kernels: str, seconds: float = 0.2) -> list[tuple[str, float]]:
+    """[(instruction, int8 multiply-adds per second)] of the dot-product instructions the own
+    kernels `kernels` use, measured on this thread: the kernels' own first (vpdpbusd ymm
+    before zmm); [] for the reference."""
+
+def own_product_seconds(
+    kernels: str, type: str, n_rows: int, n_in: int, n_cols: Sequence[int], seconds: float = 0.2
+) -> list[float]:
+    """Seconds of one product of a random [n_rows, n_in] matrix of `type` (packed once) by n
+    columns (quantized once) on this thread, by the own kernels `kernels`, as a graph's
+    product computes it, for each n of n_cols: the fastest of repeated products over
+    `seconds` each."""
+
 def quantize_rows(type: str, values: npt.ArrayLike) -> npt.NDArray[np.uint8]:
     """values [n_out, n_in] quantized by ggml to `type`: the raw rows, as a GGUF file holds them."""
 
