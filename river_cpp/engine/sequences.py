@@ -76,6 +76,12 @@ class SequencePool:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def in_use(self) -> int:
+        """Sequences held by leases now."""
+        with self._condition:
+            return sum(lease is not None for lease in self._holders)
+
     def lease(self, prompt_ids: Optional[Sequence[int]] = None) -> Lease:
         """A lease for one generation (of `prompt_ids`, where known: it prefers the
         sequence holding their longest prefix), in the caller's prompt-cache scope. It

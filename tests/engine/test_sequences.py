@@ -358,7 +358,7 @@ def test_leases_read_in_turn_on_one_thread_each_keep_what_they_hold(n_seq):
     assert sum(v.saves for v in views) > 0 and sum(v.loads for v in views) > 0
     for lease in leases:
         lease.release()
-    assert sum(held) == 0  # every sequence given back: another thread takes each at once
+    assert sum(held) == 0 and pool.in_use == 0  # every sequence given back: another thread takes each at once
     others = [threading.Thread(target=pool.lease().forward, args=([1],), daemon=True) for _ in range(n_seq)]
     for thread in others:
         thread.start()
