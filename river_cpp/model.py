@@ -36,7 +36,7 @@ from river_cpp.engine.load_options import LoadOptions
 from river_cpp.engine.loading import check_model_path, open_backbone
 from river_cpp.engine.policy import ExitPolicy
 from river_cpp.engine.prompt_cache import PromptCache, make_prompt_cache
-from river_cpp.engine.sequences import SequencePool
+from river_cpp.engine.sequences import Lease, SequencePool
 from river_cpp.engine.tokenizer import Tokenizer
 
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
@@ -101,12 +101,14 @@ class RiverModel:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        # The sequences generations take (river_cpp.engine.sequences). Sequence 0's lock
-        # is the model's: every call that touches the model's own sequence serializes on
-        # it, and a stream on it holds it from its first token until it is exhausted or
-        # closed. With one sequence, every generation takes that lock in turn.
-        self._pool = SequencePool(n_seq)
-        self._lock = self._pool.locks[0]
+        # The sequences generations lease (river_cpp.engine.sequences): a generation
+        # holds one from its first token until it is exhausted or closed; the model's
+        # own calls hold sequence 0 for the call. With one sequence, generations of
+        # other threads take turns, and those of this thread take it over in turn.
+        backbone = self._backbone
+        views = [backbone.sequence(s) for s in range(n_seq)] if n_seq > 1 else [backbone]
+        batcher = getattr(backbone, "batcher", None)
+        self._pool = SequencePool(views, hold=None if batcher is None else batcher.hold)
         if policy is not None:
             self._backbone.check_policy(policy)  # on llama.cpp's: names the architecture and what works
         self.prompt_cache = prompt_cache
@@ -151,16 +153,13 @@ class RiverModel:
         self.backbone.check_files()
 
     def close(self) -> None:
-        """Free the weights, KV cache and tokenizer (after a running generation ends).
-        Idempotent. Returns at once when an RPC server of this model went away: what
-        lived there is leaked, not freed on a dead connection."""
-        for lock in self._pool.locks:  # after the generations running on any sequence
-            lock.acquire()
-        try:
-            self._backbone.close()
-        finally:
-            for lock in self._pool.locks:
-                lock.release()
+        """Free the weights, KV cache and tokenizer. Idempotent. Generations still open
+        (streams not exhausted nor closed, on any thread) end: their next step raises
+        ValueError; close waits only for the forwards running now (one each at most),
+        never for a stream nobody reads. Returns at once when an RPC server of this
+        model went away: what lived there is leaked, not freed on a dead connection."""
+        self._pool.close()
+        self._backbone.close()
 
     def __enter__(self) -> RiverModel:
         return self
@@ -323,12 +322,12 @@ class RiverModel:
 
     def reset(self) -> None:
         """Forget the sequence: the next forward starts at position 0."""
-        with self._lock:
+        with self._pool.model_call():
             self.backbone.reset()
 
     def rewind(self, n_past: int) -> None:
         """Shorten the cached sequence to its first `n_past` positions."""
-        with self._lock:
+        with self._pool.model_call():
             self.backbone.rewind(n_past)
 
     @property
@@ -341,13 +340,13 @@ class RiverModel:
         forward of them on `route` (under `policy`, default the model's) computes
         them, at most len(ids) - 1. A query: it waits for a running generation and
         changes nothing (a generation's result.cached_tokens says what it reused)."""
-        with self._lock:
+        with self._pool.model_call():
             return self.backbone.cached_prefix(ids, route=route, policy=self.policy if policy is None else policy)
 
     def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """Bring the cache to the prefix cached_prefix finds, dropping the rest (a
         prefill's first move); its length."""
-        with self._lock:
+        with self._pool.model_call():
             return self.backbone.reuse_prefix(ids, route=route, policy=self.policy if policy is None else policy)
 
     def forward(
@@ -374,7 +373,7 @@ class RiverModel:
         exact rows (see `exact`). Raises RiverError when an RPC server holding part of
         the model went away (and from then on).
         """
-        with self._lock:
+        with self._pool.model_call():
             return self.backbone.forward(
                 ids,
                 last_only=last_only,
@@ -406,13 +405,15 @@ class RiverModel:
         defaults; with a policy that exits, plain decoding under it;
         speculative=False, plain decoding under the model's policy. `decoding`: an
         already resolved Decoding instead of those options.
-        Holds a sequence of the model while it runs, until it ends (a stream: until it
-        is exhausted or closed). With one sequence (n_seq_max=1, the default) that is
-        the model's lock, taken at the first chunk, so other threads' calls wait their
-        turn; with several, a free sequence, taken by the call (waiting while every one
-        is in use): generations on other threads run at once, their forwards batched
-        together, each answer as it would be alone (river_cpp.engine.sequences). A call
-        that names no seed samples with the model's.
+        Holds a sequence of the model from its first token until it ends (a stream:
+        until it is exhausted or closed), taken then (river_cpp.engine.sequences): a free
+        one, waiting while every one is in another thread's generations. Generations on
+        several threads run at once, their forwards batched together, each answer as it
+        would be alone; with one sequence (n_seq_max=1, the default) they take turns.
+        Streams read in turn on one thread never wait for each other: one that needs a
+        sequence while every one is held by this thread's takes one over, and the stream
+        that held it puts what it held back at its next step, so each answer is the one
+        it gets alone. A call that names no seed samples with the model's.
         """
         sampling_options = {name: options.pop(name) for name in _SAMPLING_FIELDS & options.keys()}
         if decoding is None:
@@ -421,71 +422,35 @@ class RiverModel:
             check_alone(policy, speculative, sampling, sampling_options)
         if decoding.sampling.seed is None and self.seed is not None:
             decoding = dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=self.seed))
-        if self._pool.n_seq == 1:  # the model's own sequence, whose lock the first chunk takes
-            taken, target = None, self.backbone
-        else:  # a free sequence, taken now
-            taken = self._take_sequence(prompt)
-            target = taken[1]
-        try:
-            chunks = stream_generate(target, prompt, decoding=decoding, **options)
-        except BaseException:
-            if taken is not None:
-                self._pool.release(taken[0])
-            raise
-        on_sequence = self._on_sequence(chunks, prompt, taken)
-        if taken is not None:
-            next(on_sequence)  # started: closing or dropping it from now on gives the sequence back
-        generation = GenerationStream(on_sequence)
+        self._check_open()
+        lease = self._pool.lease(None if isinstance(prompt, str) else prompt)
+        chunks = stream_generate(lease, prompt, decoding=decoding, **options)
+        generation = GenerationStream(self._on_lease(chunks, lease))
         if stream:
             return generation
         for _ in generation:
             pass
         return generation.result
 
-    def _take_sequence(self, prompt: Union[str, Sequence[int]]) -> tuple[int, Any]:
-        """A free sequence for a generation of `prompt` (waiting for one; see
-        SequencePool.acquire), emptied first where another prompt-cache scope filled it,
-        and the backbone the loop runs on there."""
-        backbone = self.backbone
-        several = self._pool.n_seq > 1
-        held = [backbone.sequence_ids(s) for s in range(self._pool.n_seq)] if several else [[]]
-        seq, fresh = self._pool.acquire(held, None if isinstance(prompt, str) else prompt)
-        target = backbone.sequence(seq) if several else backbone
-        if fresh:
-            try:
-                target.reset()
-            except BaseException:
-                self._pool.release(seq)
-                raise
-        return seq, target
-
-    def _on_sequence(self, chunks: GenerationStream, prompt: Union[str, Sequence[int]], taken):
-        """`chunks` and their result on a sequence of the model: `taken` (seq, target),
-        or (None) the model's own, taken at the first chunk; given back at the end."""
-        seq, target = self._take_sequence(prompt) if taken is None else taken
-        batcher = self._backbone.batcher if self._pool.n_seq > 1 else None
-        if batcher is not None:  # a batch waits for the sequences in use
-            batcher.hold(1)
+    def _on_lease(self, chunks: GenerationStream, lease: Lease):
+        """`chunks` and their result on `lease`, which takes a sequence at the first
+        chunk and gives it back at the end (or when the stream is closed or dropped)."""
         try:
-            if taken is not None:
-                yield None  # the caller starts the generator here, so that its finally runs
-            try:
-                yield from chunks
-            finally:
-                chunks.close()
-                self._keep_in_prompt_cache(target)
+            yield from chunks
         finally:
-            if batcher is not None:
-                batcher.hold(-1)
-            self._pool.release(seq)
+            chunks.close()
+            self._keep_in_prompt_cache(lease)
+            lease.release()
         return chunks.result
 
-    def _keep_in_prompt_cache(self, target) -> None:
-        """Save the sequence `target` holds after a generation into the prompt cache."""
-        cache = None if self._backbone.closed else self._backbone.prompt_cache
-        if cache is not None:
+    def _keep_in_prompt_cache(self, lease: Lease) -> None:
+        """Save the sequence `lease` holds after a generation into the prompt cache (not
+        where it holds none now: it ended before its first token, or another stream of
+        its thread took its sequence over)."""
+        cache = None if self._pool.closed else self._backbone.prompt_cache
+        if cache is not None and lease.holds_sequence:
             try:
-                cache.save(target)
+                cache.save(lease)
             except (_core.RiverError, OSError, ValueError) as error:  # a cache never fails a request
                 warnings.warn(f"prompt cache: the sequence was not saved: {error}", RuntimeWarning, stacklevel=2)
 

@@ -45,7 +45,7 @@ from river_cpp.decoding.speculative_options import RECALL_MIN_MATCH, Speculative
 from river_cpp.decoding.speculative_stats import SpeculativeStats
 from river_cpp.decoding.steps import Step, prefill
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
-from river_cpp.engine.backbone import Backbone, common_prefix
+from river_cpp.engine.backbone import Backbone, common_prefix, drafting_home
 from river_cpp.engine.policy import ExitPolicy
 
 # ---------------------------------------------------------------- sources
@@ -60,7 +60,7 @@ def _sources(model: Backbone, spec: Speculative, lengths: DraftLength, stats: Sp
     if spec.uses_ngrams:
         ngrams = sources["ngram"] = NgramDraft(spec.ngram_min, spec.ngram_max)
     if spec.uses_ngrams and spec.memory:
-        memory = memory_of(model)
+        memory = memory_of(drafting_home(model))
         sources["memory"] = RecallDraft(
             "memory",
             lambda history, n: memory.propose(history, n, RECALL_MIN_MATCH),
@@ -236,7 +236,7 @@ def speculative_step(
     stats = stats if stats is not None else SpeculativeStats()
     greedy = sampler.params.temperature == 0.0
     n_layer = model.n_layer
-    lengths = draft_length_for(model, spec, greedy)
+    lengths = draft_length_for(drafting_home(model), spec, greedy)
     guard: RoundGuard = _guards.setdefault(lengths, RoundGuard(lengths.free_sources))
     guard.begin_request()
     stats.guard_rested, stats.round_times = guard.rested, guard.times
@@ -245,7 +245,7 @@ def speculative_step(
     for source in sources.values():
         source.begin(history)
     if "memory" in sources:
-        stats.memory_tokens = memory_of(model).tokens
+        stats.memory_tokens = memory_of(drafting_home(model)).tokens
     state = grammar.start() if grammar is not None else None
     logits, cached_tokens = prefill(model, prompt_ids, route="backbone")
     if state is None:

@@ -105,6 +105,14 @@ class Backbone(Protocol):
         ...
 
 
+def drafting_home(model: object) -> object:
+    """The object that keeps what decoding learns on `model` from one generation to the
+    next (drafting statistics, the draft memory): a generation's lease of a sequence
+    (river_cpp.engine.sequences.Lease) names the sequence's backbone; any other backbone
+    is its own."""
+    return getattr(model, "drafting_home", model)
+
+
 def check_token_ids(ids: Sequence[int]) -> np.ndarray:
     """`ids` as a 1-D integer array; ValueError / TypeError for anything else."""
     array = np.asarray(ids)

@@ -56,7 +56,10 @@ RunRows = Callable[[Sequence[tuple[int, np.ndarray, bool, bool]], Optional[_core
 
 
 class ForwardBatcher:
-    """Runs the sequences' forwards in batches on its own thread."""
+    """Runs the sequences' forwards in batches on its own thread. An error of the
+    engine is the request's whose rows raised it; should the thread itself fail, every
+    request pending then and every later one fails with a RuntimeError saying so (none
+    waits for a thread that is gone)."""
 
     def __init__(
         self, run: RunRows, n_batch: int, *, chunk: int = DEFAULT_CHUNK, wait_s: float = DEFAULT_WAIT_S
@@ -71,6 +74,8 @@ class ForwardBatcher:
         self.wait_s = wait_s
         self._condition = threading.Condition()
         self._pending: deque[ForwardRequest] = deque()
+        self._running: list[ForwardRequest] = []  # the batch being computed
+        self._failure: Optional[BaseException] = None  # what ended the thread outside a request's run
         self._in_use = 0  # sequences held by generations (river_cpp.engine.sequences)
         self._closed = False
         self.batches = 0  # batches run, and of them, those of several sequences
@@ -103,6 +108,8 @@ class ForwardBatcher:
         """Run `request` in the batches to come; its logits and exit layers (as
         _core.Engine.forward's). Raises what the engine raised for it."""
         with self._condition:
+            if self._failure is not None:
+                raise self._failed()
             if self._closed:
                 raise ValueError("this RiverModel is closed")
             self._pending.append(request)
@@ -116,12 +123,36 @@ class ForwardBatcher:
     # ---------------------------------------------------------------- the batcher's thread
 
     def _main(self) -> None:
-        while True:
-            with self._condition:
-                batch = self._next_batch()
-                if batch is None:
-                    return
-            self._compute(*batch)
+        try:
+            while True:
+                with self._condition:
+                    batch = self._next_batch()
+                    if batch is None:
+                        return
+                    self._running = [request for request, _ in batch[0]]
+                self._compute(*batch)
+                self._running = []
+        except BaseException as failure:  # noqa: BLE001 - every request waiting on the thread hears of it
+            self._fail_all(failure)
+
+    def _failed(self) -> RuntimeError:
+        error = RuntimeError(f"the batcher's thread failed, so this model computes no more: {self._failure!r}")
+        error.__cause__ = self._failure
+        return error
+
+    def _fail_all(self, failure: BaseException) -> None:
+        """The thread ends on `failure`: each request pending or in the batch it ran
+        fails with an error, and so does every later one."""
+        with self._condition:
+            self._failure = failure
+            self._closed = True
+            for request in [*self._running, *self._pending]:
+                if not request.finished.is_set():
+                    request.error = self._failed()
+                    request.finished.set()
+            self._pending.clear()
+            self._running = []
+            self._condition.notify_all()
 
     def _next_batch(self) -> Optional[tuple[list[tuple[ForwardRequest, int]], Optional[_core.ExitConfig]]]:
         """Under the condition: wait for requests, then for the other sequences in use

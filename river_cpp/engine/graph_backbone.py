@@ -13,7 +13,7 @@ import os
 import sys
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -79,6 +79,15 @@ def _let_go(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -
     waiting on a dead connection. Runs at close, or when a backbone is collected unclosed."""
     _lose_gone_devices(engine, remote_devices)
     release_links(remote_devices)
+
+
+class _SavedSequence(NamedTuple):
+    """A sequence's state as GraphBackbone.save_sequence saves it."""
+
+    ids: list[int]
+    depths: list[int]
+    exit_layers: np.ndarray
+    kv: bytes
 
 
 class GraphBackbone:
@@ -475,6 +484,26 @@ class GraphBackbone:
         self._cached_ids[seq][:] = [int(t) for t in ids]
         self._cached_depths[seq][:] = [self.n_layer] * len(ids)
 
+    # ---------------------------------------------------------------- a sequence lent and taken back
+
+    def save_sequence(self, *, seq: int = 0) -> _SavedSequence:
+        """Everything sequence `seq` holds (every position, exited ones too, K/V as
+        stored), for load_sequence to put back: what a generation keeps while another
+        holds its sequence (river_cpp.engine.sequences)."""
+        n = self.engine.seq_n_past(seq)
+        kv = self.engine.save_kv(n, seq) if n else b""
+        return _SavedSequence(self._cached_ids[seq][:n], self._cached_depths[seq][:n], self._last_exit_layers[seq], kv)
+
+    def load_sequence(self, saved: _SavedSequence, *, seq: int = 0) -> None:
+        """Make sequence `seq` hold what save_sequence saved (of this or another sequence)."""
+        if saved.ids:
+            self.engine.load_kv(len(saved.ids), saved.kv, seq)
+        else:
+            self.engine.reset(seq)
+        self._cached_ids[seq][:] = saved.ids
+        self._cached_depths[seq][:] = saved.depths
+        self._last_exit_layers[seq] = saved.exit_layers
+
     def forward(
         self,
         ids: Sequence[int],
@@ -672,3 +701,9 @@ class BackboneSequence:
 
     def restore_prefix(self, ids: Sequence[int], state: bytes) -> None:
         self.backbone.restore_prefix(ids, state, seq=self.seq)
+
+    def save_sequence(self) -> _SavedSequence:
+        return self.backbone.save_sequence(seq=self.seq)
+
+    def load_sequence(self, saved: _SavedSequence) -> None:
+        self.backbone.load_sequence(saved, seq=self.seq)

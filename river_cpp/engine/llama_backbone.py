@@ -436,6 +436,23 @@ class LlamaCppBackbone:
         llama.input_ids[: len(ids)] = list(ids)
         llama.n_tokens = len(ids)
 
+    # ---------------------------------------------------------------- a sequence lent and taken back
+
+    def save_sequence(self) -> tuple[list[int], bytes, int]:
+        """Everything the sequence holds (llama.cpp's state of it: the KV cache and a
+        recurrent state as stored), for load_sequence to put back: what a generation
+        keeps while another holds the sequence (river_cpp.engine.sequences)."""
+        ids, state = self.prefix_state()
+        return ids, state, self._last_n_tokens
+
+    def load_sequence(self, saved: tuple[list[int], bytes, int]) -> None:
+        """Make the sequence hold what save_sequence saved."""
+        ids, state, self._last_n_tokens = saved
+        if ids:
+            self.restore_prefix(ids, state)
+        else:
+            self.reset()
+
     def forward(
         self,
         ids: Sequence[int],

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from in_turn import read_in_turn
 
 import river_cpp
 from river_cpp import Speculative
@@ -195,3 +196,24 @@ def test_a_grammar_with_a_dead_end_finishes_with_a_clear_reason(llm):
 def test_state_arrays_are_llama_cpp_shaped(llm):
     state = llm.save_state()
     assert state.input_ids.dtype == np.intc
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.8, "seed": 7}], ids=["greedy", "seeded"])
+@pytest.mark.parametrize("n_seq_max", [1, 4])
+def test_two_streams_read_in_turn_on_one_thread_each_answer_as_alone(demo_model, n_seq_max, sampling):
+    """Two create_completion(stream=True) read a chunk at a time in turn: each stream's
+    chunks (text and logprobs) are those it gives alone."""
+    prompts = ["The capital of France is", "def fibonacci(n):\n"]
+    options = dict(max_tokens=16, logprobs=1, stream=True, **sampling)
+    with river_cpp.Llama(model_path=str(demo_model), n_ctx=N_CTX, n_threads=2, verbose=False) as llm:
+        want = []
+        for prompt in prompts:
+            llm.reset()
+            want.append([chunk["choices"] for chunk in llm.create_completion(prompt, **options)])
+    with river_cpp.Llama(
+        model_path=str(demo_model), n_ctx=N_CTX, n_threads=2, n_seq_max=n_seq_max, verbose=False
+    ) as llm:
+        streams = [llm.create_completion(prompt, **options) for prompt in prompts]
+        got = read_in_turn(streams, lambda chunk: chunk["choices"])
+    assert got == want and all(len(chunks) > 1 for chunks in want)

@@ -282,3 +282,29 @@ def test_a_closed_batcher_refuses_forwards():
         batcher.forward(request(0, [2]))
     assert len(run.batches) == 1
     batcher.close()  # again: nothing to do
+
+
+def broken(*args, **kwargs):
+    raise MemoryError("the batcher's own bookkeeping failed")
+
+
+@pytest.mark.parametrize("where", ["_compute", "_deliver"])
+def test_a_failure_of_the_batchers_thread_fails_every_request_at_once(pool, monkeypatch, where):
+    """The thread fails outside a request's run (before the batch runs, or delivering
+    its results): the requests of that batch and every later one end with an error,
+    within a second, instead of waiting for a thread that is gone."""
+    run = FakeEngine()
+    batcher = make(run, in_use=2)
+    try:
+        monkeypatch.setattr(batcher, where, broken)  # the thread looks it up for each batch
+        asked = time.monotonic()
+        futures = ask(pool, batcher, request(0, [1]), request(1, [2]))
+        for future in futures:
+            with pytest.raises(RuntimeError, match="batcher's thread failed") as failed:
+                future.result(WAIT)
+            assert isinstance(failed.value.__cause__, MemoryError)
+        assert time.monotonic() - asked < 1.0
+        with pytest.raises(RuntimeError, match="batcher's thread failed"):
+            batcher.forward(request(0, [3]))
+    finally:
+        batcher.close()

@@ -196,7 +196,7 @@ def settled(worker, model: RiverModel) -> bool:
     """Whether, within SOAK_WAIT, no job is left and every sequence is free."""
     deadline = time.monotonic() + SOAK_WAIT
     while time.monotonic() < deadline:
-        if worker.pending == 0 and not any(lock.locked() for lock in model._pool.locks):
+        if worker.pending == 0 and model._pool.in_use == 0:
             return True
         time.sleep(0.05)
     return False
