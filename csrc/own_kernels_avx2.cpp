@@ -12,7 +12,11 @@ const Kernels * avx2_kernels() {
                                  group_kernel<Q8_0>,
                                  group_kernel<QK_4_5<false>>,
                                  group_kernel<QK_4_5<true>>,
-                                 group_kernel<Q6_K>};
+                                 group_kernel<Q6_K>,
+                                 group_kernel<Block32<group_q4_1>>,
+                                 group_kernel<Block32<group_q5_0>>,
+                                 group_kernel<Block32<group_q5_1>>,
+                                 group_kernel<Block32<group_iq4_nl>>};
     return &kernels;
 }
 }  // namespace river::own

@@ -17,6 +17,11 @@ const TypeLayout k_layouts[] = {
     {GGML_TYPE_Q4_K, 256, 144, group_q4_K::bytes, ActFormat::q8_256},
     {GGML_TYPE_Q5_K, 256, 176, group_q5_K::bytes, ActFormat::q8_256},
     {GGML_TYPE_Q6_K, 256, 210, group_q6_K::bytes, ActFormat::q8_256},
+    // Q4_1 = 2 f16 + 16, Q5_0 = f16 + 4 + 16, Q5_1 = 2 f16 + 4 + 16, IQ4_NL = f16 + 16
+    {GGML_TYPE_Q4_1, 32, 20, group_q4_1::bytes, ActFormat::q8_32},
+    {GGML_TYPE_Q5_0, 32, 22, group_q5_0::bytes, ActFormat::q8_32},
+    {GGML_TYPE_Q5_1, 32, 24, group_q5_1::bytes, ActFormat::q8_32},
+    {GGML_TYPE_IQ4_NL, 32, 18, group_iq4_nl::bytes, ActFormat::q8_32},
 };
 
 inline uint8_t & slot_byte(uint8_t * base, int64_t slot, int64_t r, int64_t b) {
@@ -78,6 +83,33 @@ void put_nibbles_k(uint8_t * qs, int64_t r, const uint8_t * v) {
 void put_scales_k(uint8_t * group, size_t scales, size_t mins, int64_t r, const uint8_t * packed12) {
     for (int j = 0; j < 8; ++j) {
         scale_min_k4(j, packed12, group[scales + j * 8 + r], group[mins + group_q4_K::min_at(j, r)]);
+    }
+}
+
+// Row r of a Group32 type's block: GGUF's d | m (with a min) | qh[4] (with a fifth bit) | qs[16].
+template <typename Group>
+void pack_row_32(const uint8_t * src, uint8_t * group, int64_t r) {
+    put_f16(group + Group::d, r, src);
+    src += 2;
+    if constexpr (Group::has_min) {
+        put_f16(group + Group::m, r, src);
+        src += 2;
+    }
+    if constexpr (Group::fifth_bit) {
+        // GGUF's qh: a little-endian 32-bit word whose bit i is value i's fifth bit
+        const uint32_t qh = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
+        for (int64_t b = 0; b < 4; ++b) {
+            uint8_t bits = 0;
+            for (int64_t g = 0; g < 4; ++g) {
+                bits |= ((qh >> (4 * g + b)) & 1) << g;
+                bits |= ((qh >> (16 + 4 * g + b)) & 1) << (4 + g);
+            }
+            slot_byte(group + Group::qh, 0, r, b) = bits;
+        }
+        src += 4;
+    }
+    for (int64_t l = 0; l < 16; ++l) {   // byte l: value l in its low nibble, 16 + l in its high
+        slot_byte(group + Group::qs, l / 4, r, l % 4) = src[l];
     }
 }
 
@@ -163,6 +195,10 @@ void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
             put_f16(group + group_q6_K::d, r, src + 208);
             break;
         }
+        case GGML_TYPE_Q4_1: pack_row_32<group_q4_1>(src, group, r); break;
+        case GGML_TYPE_Q5_0: pack_row_32<group_q5_0>(src, group, r); break;
+        case GGML_TYPE_Q5_1: pack_row_32<group_q5_1>(src, group, r); break;
+        case GGML_TYPE_IQ4_NL: pack_row_32<group_iq4_nl>(src, group, r); break;
         default: break;
     }
 }
@@ -317,6 +353,44 @@ void reference_q6_K(const uint8_t * groups, size_t group_stride, int n_groups, c
                     });
 }
 
+// Q4_1, Q5_0, Q5_1, IQ4_NL (Group32): value i of row r, before the offset
+template <typename Group>
+int32_t value_32(const uint8_t * w, int64_t r, int64_t i) {
+    const int64_t g = (i % 16) / 4, high = i >= 16;
+    const uint8_t byte = slot_byte(w + Group::qs, g, r, i % 4);
+    int32_t v = high ? byte >> 4 : byte & 0xF;
+    if constexpr (Group::fifth_bit) {
+        v |= ((slot_byte(w + Group::qh, 0, r, i % 4) >> (4 * high + g)) & 1) << 4;
+    }
+    if constexpr (Group::table) {
+        v = k_iq4_nl_values[v];
+    }
+    return v;
+}
+
+// The element of a Group32 type: isum = values . column - offset x column sum, exact; then
+// acc = fmaf(d x dx, isum, acc) and, with a min, acc = fmaf(m x dx, column sum, acc): the
+// scale's term first, then the min's, in every kernel.
+template <typename Group>
+void reference_32(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                  int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride, Group::bytes,
+                    k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        int32_t isum = 0;
+                        for (int64_t i = 0; i < 32; ++i) {
+                            isum += value_32<Group>(w, r, i) * column_values(x)[i];
+                        }
+                        const int32_t sum = column_sum(x, k_act32_sum);
+                        isum -= Group::offset * sum;
+                        const float dx = column_scale(x, k_act32_d);
+                        acc = std::fmaf(f16(w + Group::d + 2 * r) * dx, static_cast<float>(isum), acc);
+                        if constexpr (Group::has_min) {
+                            acc = std::fmaf(f16(w + Group::m + 2 * r) * dx, static_cast<float>(sum), acc);
+                        }
+                        return acc;
+                    });
+}
+
 // Rounds to the nearest integer, ties to even, for |v| < 2^22: adding 1.5 x 2^23 leaves
 // no fraction bits. Plain arithmetic, so it vectorizes and gives the same bits anywhere.
 inline float round_even(float v) {
@@ -418,13 +492,25 @@ GroupKernel Kernels::of(ggml_type type) const {
         case GGML_TYPE_Q4_K: return q4_K;
         case GGML_TYPE_Q5_K: return q5_K;
         case GGML_TYPE_Q6_K: return q6_K;
+        case GGML_TYPE_Q4_1: return q4_1;
+        case GGML_TYPE_Q5_0: return q5_0;
+        case GGML_TYPE_Q5_1: return q5_1;
+        case GGML_TYPE_IQ4_NL: return iq4_nl;
         default: return nullptr;
     }
 }
 
 const Kernels & reference_kernels() {
-    static const Kernels kernels{"reference",    reference_q4_0, reference_q8_0,
-                                 reference_q4_K, reference_q5_K, reference_q6_K};
+    static const Kernels kernels{"reference",
+                                 reference_q4_0,
+                                 reference_q8_0,
+                                 reference_q4_K,
+                                 reference_q5_K,
+                                 reference_q6_K,
+                                 reference_32<group_q4_1>,
+                                 reference_32<group_q5_0>,
+                                 reference_32<group_q5_1>,
+                                 reference_32<group_iq4_nl>};
     return kernels;
 }
 

@@ -1,9 +1,10 @@
 // Our own layout of quantized matrices and the one definition of their product.
 //
-// A matrix of a covered type (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) is packed once at load into
-// row groups: 8 rows interleaved 4 bytes at a time, so that one 256-bit load holds the
-// same 4 values of 8 rows and a dot-product instruction gives 8 rows' partial sums at
-// once. Activations (the columns) are quantized to int8 per block, each column alone.
+// A matrix of a covered type (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q4_1, Q5_0, Q5_1, IQ4_NL) is
+// packed once at load into row groups: 8 rows interleaved 4 bytes at a time, so that one
+// 256-bit load holds the same 4 values of 8 rows and a dot-product instruction gives 8 rows'
+// partial sums at once. Activations (the columns) are quantized to int8 per block, each
+// column alone.
 //
 // Element (m, n) of a product is defined as: per weight block, an integer dot product
 // (exact, so any instruction order gives the same integer), turned into a float and
@@ -23,7 +24,7 @@ namespace river::own {
 
 constexpr int64_t k_group_rows = 8;   // rows interleaved in a row group
 
-// How a column is quantized: per 256 values (K-quants) or per 32 (Q4_0, Q8_0).
+// How a column is quantized: per 256 values (K-quants) or per 32 (the types of 32-value blocks).
 enum class ActFormat { q8_256, q8_32 };
 
 // Byte offsets of one block of a quantized column.
@@ -71,6 +72,26 @@ constexpr size_t top_slot(int64_t h) {
 }
 }  // namespace group_q6_K
 
+// ---- 32-value blocks with a min, a fifth bit or a table of values: Q4_1, Q5_0, Q5_1, IQ4_NL
+// qs: 4 slots as Q4_0's (slot g: low nibbles values 4g.., high nibbles 16 + 4g..); with a
+// fifth bit, qh: 1 slot whose byte b holds in bit g the fifth bit of value 4g + b and in
+// bit 4 + g that of value 16 + 4g + b; then d and, with a min, m: f16 [8 rows].
+// A row's value is its nibble (with the fifth bit as bit 4) less `offset`, or IQ4_NL's
+// table entry at its nibble; the weight is d x value (+ m).
+template <bool Min, bool FifthBit, int32_t Offset, bool Table>
+struct Group32 {
+    static constexpr bool has_min = Min, fifth_bit = FifthBit, table = Table;
+    static constexpr int32_t offset = Offset;
+    static constexpr size_t qs = 0, qh = 128, d = FifthBit ? 160 : 128, m = d + 16, bytes = d + (Min ? 32 : 16);
+};
+using group_q4_1 = Group32<true, false, 0, false>;     // d | m | qs[16]: d x q + m
+using group_q5_0 = Group32<false, true, 16, false>;    // d | qh[4] | qs[16]: d x (q - 16)
+using group_q5_1 = Group32<true, true, 0, false>;      // d | m | qh[4] | qs[16]: d x q + m
+using group_iq4_nl = Group32<false, false, 0, true>;   // d | qs[16]: d x k_iq4_nl_values[q]
+// IQ4_NL's non-linear values, as the GGUF format defines them
+inline constexpr int8_t k_iq4_nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                               1,    13,   25,  38,  53,  69,  89,  113};
+
 struct TypeLayout {
     ggml_type type;
     int64_t block;            // values per block of a row
@@ -111,6 +132,7 @@ using GroupKernel = void (*)(const uint8_t * groups, size_t group_stride, int n_
 struct Kernels {
     const char * name;
     GroupKernel q4_0, q8_0, q4_K, q5_K, q6_K;
+    GroupKernel q4_1, q5_0, q5_1, iq4_nl;   // the Group32 types
     GroupKernel of(ggml_type type) const;
 };
 

@@ -30,8 +30,8 @@ SOURCES = [
 ]
 INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
 
-TYPES = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k"]
-N_IN = 768  # 3 blocks of the K-quants, 24 of Q4_0 and Q8_0
+TYPES = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+N_IN = 768  # 3 blocks of the K-quants, 24 of the 32-value types
 # one whole row group; a pair of them and a part group (padded with zero rows); a pair,
 # a whole group alone and a part group (the kernels take 1 or 2 groups a call)
 ROW_COUNTS = (8, 21, 27)
@@ -85,7 +85,7 @@ def test_neon_is_offered_only_where_the_cpu_has_dot_products(driver):
 def test_neon_products_are_the_references_bits(driver, type_name, tmp_path):
     rng = np.random.default_rng(TYPES.index(type_name))
     n_rows = max(ROW_COUNTS)
-    # rows of varied scale and offset (so that the K-quants' mins matter)
+    # rows of varied scale and offset (so that the mins of the K-quants, Q4_1 and Q5_1 matter)
     scale, offset = 10.0 ** rng.uniform(-2, 1, (n_rows, 1)), rng.normal(0, 0.5, (n_rows, 1))
     data = _core.quantize_rows(type_name, (rng.standard_normal((n_rows, N_IN)) * scale + offset).astype(np.float32))
     row_bytes = data.size // n_rows
