@@ -29,7 +29,7 @@ std::vector<ggml_type> own_types(const std::vector<std::string> & names) {
         }
         if (!found) {
             throw Error("our own products do not cover the weight type '" + name +
-                        "' (they cover q4_0, q8_0, q4_K, q5_K, q6_K)");
+                        "' (they cover q4_0, q8_0, q4_K, q5_K, q6_K, q3_K, q2_K, iq4_xs)");
         }
     }
     return types;

@@ -12,7 +12,10 @@ const Kernels * avx2_kernels() {
                                  group_kernel<Q8_0>,
                                  group_kernel<QK_4_5<false>>,
                                  group_kernel<QK_4_5<true>>,
-                                 group_kernel<Q6_K>};
+                                 group_kernel<Q6_K>,
+                                 group_kernel<QK_2_3<true>>,
+                                 group_kernel<QK_2_3<false>>,
+                                 group_kernel<IQ4_XS>};
     return &kernels;
 }
 }  // namespace river::own

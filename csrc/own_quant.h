@@ -1,9 +1,10 @@
 // Our own layout of quantized matrices and the one definition of their product.
 //
-// A matrix of a covered type (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) is packed once at load into
-// row groups: 8 rows interleaved 4 bytes at a time, so that one 256-bit load holds the
-// same 4 values of 8 rows and a dot-product instruction gives 8 rows' partial sums at
-// once. Activations (the columns) are quantized to int8 per block, each column alone.
+// A matrix of a covered type (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_XS) is packed
+// once at load into row groups: 8 rows interleaved 4 bytes at a time, so that one 256-bit
+// load holds the same 4 values of 8 rows and a dot-product instruction gives 8 rows'
+// partial sums at once. Activations (the columns) are quantized to int8 per block, each
+// column alone.
 //
 // Element (m, n) of a product is defined as: per weight block, an integer dot product
 // (exact, so any instruction order gives the same integer), turned into a float and
@@ -71,6 +72,30 @@ constexpr size_t top_slot(int64_t h) {
 }
 }  // namespace group_q6_K
 
+// ---- the 256-value types of few bits: Q3_K, Q2_K, IQ4_XS ----
+namespace group_q2_K {
+// qs: 16 slots, slot s = sub-block s of 16 values: bits 2k, 2k + 1 of byte b the value
+// 16s + 4k + b (0..3); scales: u8 [16 sub-blocks][8 rows], GGUF's byte (scale | min << 4);
+// d, dmin: f16 [8 rows]
+constexpr size_t qs = 0, scales = 512, d = 640, dmin = 656, bytes = 672;
+}  // namespace group_q2_K
+namespace group_q3_K {
+// qs: as q2_K's, the low 2 bits of each value; hmask: 8 slots, slot h bit 4k' + k of
+// byte b the third bit of value 16(2h + k') + 4k + b (sub-blocks 2h, 2h + 1); a value is
+// those 3 bits (0..7) minus 4. scales: i8 [16 sub-blocks][8 rows] (GGUF's 6 bits minus 32);
+// d: f16 [8 rows]
+constexpr size_t qs = 0, hmask = 512, scales = 768, d = 896, bytes = 912;
+}  // namespace group_q3_K
+namespace group_iq4_xs {
+// qs: as q4_K's nibbles (chunk j of 64 values: low nibbles values 64j + 4g.., high 64j +
+// 32 + 4g..), each an index into k_iq4_values; scales: i8 [8 sub-blocks of 32][8 rows]
+// (GGUF's 6 bits minus 32); d: f16 [8 rows]
+constexpr size_t qs = 0, scales = 1024, d = 1088, bytes = 1104;
+}  // namespace group_iq4_xs
+
+// The 16 values an IQ4_XS (and IQ4_NL) nibble stands for (GGUF's non-linear grid).
+constexpr int8_t k_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 struct TypeLayout {
     ggml_type type;
     int64_t block;            // values per block of a row
@@ -111,6 +136,7 @@ using GroupKernel = void (*)(const uint8_t * groups, size_t group_stride, int n_
 struct Kernels {
     const char * name;
     GroupKernel q4_0, q8_0, q4_K, q5_K, q6_K;
+    GroupKernel q3_K, q2_K, iq4_xs;
     GroupKernel of(ggml_type type) const;
 };
 

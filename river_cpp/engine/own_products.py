@@ -1,7 +1,7 @@
 """Which weight types our own matrix products multiply here, and on which kernels.
 
-Our own products (csrc/own_*) pack Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices once at
-load into a layout of their own and compute every column with the same arithmetic
+Our own products (csrc/own_*) pack Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K and IQ4_XS
+matrices once at load into a layout of their own and compute every column with the same arithmetic
 whatever the batch: a verify's rows equal plain steps bit for bit, and a prompt runs on
 the same kernels. They replace ggml's kernels (and CPU_REPACK) for those types in the
 graph backbone; other types, devices and the llama.cpp backbone keep ggml's.
@@ -33,8 +33,8 @@ from river_cpp.engine.extra_bufts import Verdict, cache_key, cached_probe
 
 ENV = "RIVER_CPP_OWN_PRODUCTS"
 # The weight types our products cover, as ggml names them.
-COVERED = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K")
-BLOCK_VALUES = {"q4_0": 32, "q8_0": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256}
+COVERED = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K", "q3_K", "q2_K", "iq4_xs")
+BLOCK_VALUES = {"q4_0": 32, "q8_0": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256, "q3_K": 256, "q2_K": 256, "iq4_xs": 256}
 # Two row groups and a part one (odd rows), two K-quant blocks; one column and a batch.
 PROBE_N_OUT, PROBE_N_IN, PROBE_BATCHES = 21, 512, (1, 17)
 CACHE_FOLDER = "own_products"

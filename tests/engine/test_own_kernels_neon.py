@@ -30,7 +30,7 @@ SOURCES = [
 ]
 INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
 
-TYPES = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k"]
+TYPES = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs"]
 N_IN = 768  # 3 blocks of the K-quants, 24 of Q4_0 and Q8_0
 # one whole row group; a pair of them and a part group (padded with zero rows); a pair,
 # a whole group alone and a part group (the kernels take 1 or 2 groups a call)

@@ -20,6 +20,9 @@ GGUF_TYPES = {
     "q4_K": gguf.GGMLQuantizationType.Q4_K,
     "q5_K": gguf.GGMLQuantizationType.Q5_K,
     "q6_K": gguf.GGMLQuantizationType.Q6_K,
+    "q3_K": gguf.GGMLQuantizationType.Q3_K,
+    "q2_K": gguf.GGMLQuantizationType.Q2_K,
+    "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
 }
 BLOCK = op.BLOCK_VALUES
 KERNELS = _core.own_kernels()
@@ -156,6 +159,23 @@ def test_a_releases_verify_rows_equal_plain_steps_with_ggmls_exact_op_off(qwen05
     engine.forward(ids[:30], True)  # places the model on the CPU: the matrices are packed
     assert engine.own_kernels == FASTEST
     assert sum(engine.own_products.values()) > 0
+    steps = [engine.forward([t], True)[0] for t in ids[30:39]]
+    engine.rewind(30)
+    verify = engine.forward(ids[30:39], False)
+    assert np.array_equal(verify, np.stack(steps))
+
+
+@pytest.mark.parametrize("type_name", ["q3_K", "q2_K", "iq4_xs"])
+def test_a_models_verify_rows_equal_plain_steps_on_the_few_bit_types(make_tiny_gguf, type_name):
+    """A tiny model whose every matrix is Q3_K, Q2_K or IQ4_XS (rows of 256 and 512, the
+    tied embedding as the head): all of them take our products, and a k-row forward's
+    rows equal one-token steps bit for bit."""
+    path = make_tiny_gguf(f"tiny_{type_name}", dtype=type_name, n_embd=256, n_ff=512, seed=4)
+    engine = _core.Engine(str(path), 512, 512, 2, own_types=list(op.COVERED), own_kernels=FASTEST)
+    ids = list(range(1000, 1040))
+    engine.forward(ids[:30], True)
+    # 2 layers of 7 matrices and the head
+    assert engine.own_products == {type_name: 15}
     steps = [engine.forward([t], True)[0] for t in ids[30:39]]
     engine.rewind(30)
     verify = engine.forward(ids[30:39], False)
