@@ -83,7 +83,8 @@ def own_products(mode: Optional[str] = None, *, reprobe: bool = False) -> OwnPro
             raise ValueError(f"no own kernels {mode!r} on this CPU (it runs: {', '.join(_core.own_kernels())})")
         return OwnProducts(mode, mode, COVERED, f"{ENV}={mode}, unprobed")
     kernels = _core.own_kernels()[0]
-    key = {**cache_key(), "probe": "own_products", "kernels": kernels}
+    # a verdict holds for the types that were probed: a build that covers more probes again
+    key = {**cache_key(), "probe": "own_products", "kernels": kernels, "types": " ".join(COVERED)}
     verdict: Verdict = cached_probe([kernels], key, reprobe=reprobe, command=_child_command, folder=CACHE_FOLDER)[
         kernels
     ]

@@ -128,6 +128,7 @@ def test_a_failed_probe_keeps_ggmls_kernels(monkeypatch):
     assert products.types == () and products.kernels == ""
     assert "crashed (SIGILL)" in products.reason
     assert seen["folder"] == op.CACHE_FOLDER and seen["key"]["kernels"] == FASTEST
+    assert seen["key"]["types"] == " ".join(op.COVERED)  # a verdict on fewer types is not reused
 
 
 def test_a_passed_probe_gives_every_covered_type(monkeypatch):
