@@ -17,7 +17,10 @@ const Kernels * vnni_kernels() {
                                  group_kernel<Block32<group_q4_1>>,
                                  group_kernel<Block32<group_q5_0>>,
                                  group_kernel<Block32<group_q5_1>>,
-                                 group_kernel<Block32<group_iq4_nl>>};
+                                 group_kernel<Block32<group_iq4_nl>>,
+                                 group_kernel<QK_2_3<true>>,
+                                 group_kernel<QK_2_3<false>>,
+                                 group_kernel<IQ4_XS>};
     return &kernels;
 }
 }  // namespace river::own

@@ -22,6 +22,10 @@ const TypeLayout k_layouts[] = {
     {GGML_TYPE_Q5_0, 32, 22, group_q5_0::bytes, ActFormat::q8_32},
     {GGML_TYPE_Q5_1, 32, 24, group_q5_1::bytes, ActFormat::q8_32},
     {GGML_TYPE_IQ4_NL, 32, 18, group_iq4_nl::bytes, ActFormat::q8_32},
+    // Q3_K = 32 + 64 + 12 + f16 d, Q2_K = 16 + 64 + 2 f16, IQ4_XS = f16 d + 2 + 4 + 128
+    {GGML_TYPE_Q3_K, 256, 110, group_q3_K::bytes, ActFormat::q8_256},
+    {GGML_TYPE_Q2_K, 256, 84, group_q2_K::bytes, ActFormat::q8_256},
+    {GGML_TYPE_IQ4_XS, 256, 136, group_iq4_xs::bytes, ActFormat::q8_256},
 };
 
 inline uint8_t & slot_byte(uint8_t * base, int64_t slot, int64_t r, int64_t b) {
@@ -113,6 +117,84 @@ void pack_row_32(const uint8_t * src, uint8_t * group, int64_t r) {
     }
 }
 
+// ---- packing of the 256-value types of few bits: Q3_K, Q2_K, IQ4_XS ----
+
+// Value i (0..255) of a Q2_K / Q3_K block's qs[64]: 2 bits of byte 32 (i / 128) + i % 32,
+// the pair (i % 128) / 32.
+inline uint8_t low2_k(const uint8_t * qs, int64_t i) {
+    return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+}
+
+// Row r's low 2 bits of each value v[i] into a row group block's qs slots (group_q2_K).
+void put_low2_k(uint8_t * qs, int64_t r, const uint8_t * v) {
+    for (int64_t s = 0; s < 16; ++s) {
+        for (int64_t b = 0; b < 4; ++b) {
+            uint8_t bits = 0;
+            for (int64_t k = 0; k < 4; ++k) {
+                bits |= (v[16 * s + 4 * k + b] & 3) << (2 * k);
+            }
+            slot_byte(qs, s, r, b) = bits;
+        }
+    }
+}
+
+void pack_q2_K_row(const uint8_t * src, uint8_t * group, int64_t r) {   // scales[16] | qs[64] | d | dmin
+    uint8_t v[256];
+    for (int64_t i = 0; i < 256; ++i) {
+        v[i] = low2_k(src + 16, i);
+    }
+    put_low2_k(group + group_q2_K::qs, r, v);
+    for (int64_t s = 0; s < 16; ++s) {
+        group[group_q2_K::scales + s * 8 + r] = src[s];
+    }
+    put_f16(group + group_q2_K::d, r, src + 80);
+    put_f16(group + group_q2_K::dmin, r, src + 82);
+}
+
+void pack_q3_K_row(const uint8_t * src, uint8_t * group, int64_t r) {   // hmask[32] | qs[64] | scales[12] | d
+    uint8_t v[256];
+    for (int64_t i = 0; i < 256; ++i) {
+        // the third bit: bit i / 32 of hmask[i % 32]
+        v[i] = low2_k(src + 32, i) | (((src[i % 32] >> (i / 32)) & 1) << 2);
+    }
+    put_low2_k(group + group_q3_K::qs, r, v);
+    for (int64_t h = 0; h < 8; ++h) {
+        for (int64_t b = 0; b < 4; ++b) {
+            uint8_t bits = 0;
+            for (int64_t k = 0; k < 8; ++k) {
+                bits |= (v[16 * (2 * h + k / 4) + 4 * (k % 4) + b] >> 2) << k;
+            }
+            slot_byte(group + group_q3_K::hmask, h, r, b) = bits;
+        }
+    }
+    // 16 scales of 6 bits: the low 4 in the nibbles of bytes 0..7 (sub-block s and s + 8),
+    // the top 2 in bits 2(s / 4) of byte 8 + s % 4
+    const uint8_t * sc = src + 96;
+    for (int64_t s = 0; s < 16; ++s) {
+        const int low = (s < 8 ? sc[s] : sc[s - 8] >> 4) & 0xF;
+        const int high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        group[group_q3_K::scales + s * 8 + r] = static_cast<uint8_t>(static_cast<int8_t>((low | (high << 4)) - 32));
+    }
+    put_f16(group + group_q3_K::d, r, src + 108);
+}
+
+void pack_iq4_xs_row(const uint8_t * src, uint8_t * group, int64_t r) {   // d | scales_h | scales_l[4] | qs[128]
+    put_f16(group + group_iq4_xs::d, r, src);
+    const int scales_h = src[2] | (src[3] << 8);
+    for (int64_t j = 0; j < 8; ++j) {
+        const int low = (src[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+        const int high = (scales_h >> (2 * j)) & 3;
+        group[group_iq4_xs::scales + j * 8 + r] = static_cast<uint8_t>(static_cast<int8_t>((low | (high << 4)) - 32));
+    }
+    // sub-block j's 32 indices: the low nibbles of qs[16j ..], then the high ones
+    uint8_t v[256];
+    for (int64_t i = 0; i < 256; ++i) {
+        const uint8_t byte = src[8 + 16 * (i / 32) + i % 16];
+        v[i] = (i % 32) < 16 ? byte & 0xF : byte >> 4;
+    }
+    put_nibbles_k(group + group_iq4_xs::qs, r, v);
+}
+
 void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
     uint8_t v[256];
     switch (type) {
@@ -199,6 +281,9 @@ void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
         case GGML_TYPE_Q5_0: pack_row_32<group_q5_0>(src, group, r); break;
         case GGML_TYPE_Q5_1: pack_row_32<group_q5_1>(src, group, r); break;
         case GGML_TYPE_IQ4_NL: pack_row_32<group_iq4_nl>(src, group, r); break;
+        case GGML_TYPE_Q3_K: pack_q3_K_row(src, group, r); break;
+        case GGML_TYPE_Q2_K: pack_q2_K_row(src, group, r); break;
+        case GGML_TYPE_IQ4_XS: pack_iq4_xs_row(src, group, r); break;
         default: break;
     }
 }
@@ -363,7 +448,7 @@ int32_t value_32(const uint8_t * w, int64_t r, int64_t i) {
         v |= ((slot_byte(w + Group::qh, 0, r, i % 4) >> (4 * high + g)) & 1) << 4;
     }
     if constexpr (Group::table) {
-        v = k_iq4_nl_values[v];
+        v = k_iq4_values[v];
     }
     return v;
 }
@@ -388,6 +473,86 @@ void reference_32(const uint8_t * groups, size_t group_stride, int n_groups, con
                             acc = std::fmaf(f16(w + Group::m + 2 * r) * dx, static_cast<float>(sum), acc);
                         }
                         return acc;
+                    });
+}
+
+// ---- the reference of Q3_K, Q2_K and IQ4_XS ----
+
+// The low 2 bits of value i of row r in Q2_K's (and Q3_K's) qs slots
+int32_t low2_value(const uint8_t * qs, int64_t r, int64_t i) {
+    return (slot_byte(qs, i / 16, r, i % 4) >> (2 * ((i % 16) / 4))) & 3;
+}
+int32_t q3_K_value(const uint8_t * w, int64_t r, int64_t i) {   // 0..7: the value + 4
+    const int64_t s = i / 16, k = (i % 16) / 4;
+    const uint8_t bits = slot_byte(w + group_q3_K::hmask, s / 2, r, i % 4);
+    return low2_value(w + group_q3_K::qs, r, i) | (((bits >> (4 * (s % 2) + k)) & 1) << 2);
+}
+int32_t iq4_xs_value(const uint8_t * w, int64_t r, int64_t i) {
+    return k_iq4_values[k_nibble(w + group_iq4_xs::qs, r, i)];
+}
+
+// Values [first, first + n) of row r times the column's same values
+template <typename Value>
+int32_t dot_of(const uint8_t * w, const uint8_t * x, int64_t r, int64_t first, int64_t n, Value value) {
+    int32_t dot = 0;
+    for (int64_t i = first; i < first + n; ++i) {
+        dot += value(w, r, i) * column_values(x)[i];
+    }
+    return dot;
+}
+
+void reference_q3_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q3_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        // sum over sub-blocks of 16 of scale x (dot - 4 x column sum), where
+                        // 4 x column sum = (32 x column sum) / 8; |isum| <= 16 x 32 x 16 x 4 x 127
+                        int32_t isum = 0;
+                        for (int64_t s = 0; s < 16; ++s) {
+                            const int32_t dot =
+                                dot_of(w, x, r, 16 * s, 16, q3_K_value) - column_sum(x, k_act256_sum16x32 + 4 * s) / 8;
+                            isum += dot * static_cast<int8_t>(w[group_q3_K::scales + s * 8 + r]);
+                        }
+                        const float scale = f16(w + group_q3_K::d + 2 * r) * column_scale(x, k_act256_d);
+                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                    });
+}
+
+void reference_q2_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q2_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        // sum over sub-blocks of 16 of scale x dot, minus sum of min x column sum, as Q4_K
+                        // (the column sum: (32 x column sum) / 32)
+                        int32_t isum = 0, msum = 0;
+                        for (int64_t s = 0; s < 16; ++s) {
+                            const uint8_t scale_min = w[group_q2_K::scales + s * 8 + r];
+                            const int32_t dot =
+                                dot_of(w, x, r, 16 * s, 16, [](const uint8_t * w, int64_t r, int64_t i) {
+                                    return low2_value(w + group_q2_K::qs, r, i);
+                                });
+                            isum += dot * (scale_min & 0xF);
+                            msum += (scale_min >> 4) * (column_sum(x, k_act256_sum16x32 + 4 * s) / 32);
+                        }
+                        const float dx = column_scale(x, k_act256_d);
+                        acc = std::fmaf(f16(w + group_q2_K::d + 2 * r) * dx, static_cast<float>(isum), acc);
+                        return std::fmaf(-(f16(w + group_q2_K::dmin + 2 * r) * dx), static_cast<float>(msum), acc);
+                    });
+}
+
+void reference_iq4_xs(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                      int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_iq4_xs::bytes, k_act256_bytes,
+                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        // sum over sub-blocks of 32 of scale x dot: |isum| <= 8 x 32 x 32 x 127 x 127 < 2^31
+                        int32_t isum = 0;
+                        for (int64_t j = 0; j < 8; ++j) {
+                            isum += dot_of(w, x, r, 32 * j, 32, iq4_xs_value) *
+                                    static_cast<int8_t>(w[group_iq4_xs::scales + j * 8 + r]);
+                        }
+                        const float scale = f16(w + group_iq4_xs::d + 2 * r) * column_scale(x, k_act256_d);
+                        return std::fmaf(scale, static_cast<float>(isum), acc);
                     });
 }
 
@@ -496,6 +661,9 @@ GroupKernel Kernels::of(ggml_type type) const {
         case GGML_TYPE_Q5_0: return q5_0;
         case GGML_TYPE_Q5_1: return q5_1;
         case GGML_TYPE_IQ4_NL: return iq4_nl;
+        case GGML_TYPE_Q3_K: return q3_K;
+        case GGML_TYPE_Q2_K: return q2_K;
+        case GGML_TYPE_IQ4_XS: return iq4_xs;
         default: return nullptr;
     }
 }
@@ -510,7 +678,10 @@ const Kernels & reference_kernels() {
                                  reference_32<group_q4_1>,
                                  reference_32<group_q5_0>,
                                  reference_32<group_q5_1>,
-                                 reference_32<group_iq4_nl>};
+                                 reference_32<group_iq4_nl>,
+                                 reference_q3_K,
+                                 reference_q2_K,
+                                 reference_iq4_xs};
     return kernels;
 }
 

@@ -1,9 +1,9 @@
 // Our own layout of quantized matrices and the one definition of their product.
 //
-// A matrix of a covered type (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q4_1, Q5_0, Q5_1, IQ4_NL) is
-// packed once at load into row groups: 8 rows interleaved 4 bytes at a time, so that one
-// 256-bit load holds the same 4 values of 8 rows and a dot-product instruction gives 8 rows'
-// partial sums at once. Activations (the columns) are quantized to int8 per block, each
+// A matrix of a covered type (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q4_1, Q5_0, Q5_1, IQ4_NL;
+// Q3_K, Q2_K, IQ4_XS) is packed once at load into row groups: 8 rows interleaved 4 bytes
+// at a time, so that one 256-bit load holds the same 4 values of 8 rows and a dot-product
+// instruction gives 8 rows' partial sums at once. Activations (the columns) are quantized to int8 per block, each
 // column alone.
 //
 // Element (m, n) of a product is defined as: per weight block, an integer dot product
@@ -72,6 +72,9 @@ constexpr size_t top_slot(int64_t h) {
 }
 }  // namespace group_q6_K
 
+// The 16 values an IQ4_NL or IQ4_XS nibble stands for (GGUF's non-linear grid).
+inline constexpr int8_t k_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // ---- 32-value blocks with a min, a fifth bit or a table of values: Q4_1, Q5_0, Q5_1, IQ4_NL
 // qs: 4 slots as Q4_0's (slot g: low nibbles values 4g.., high nibbles 16 + 4g..); with a
 // fifth bit, qh: 1 slot whose byte b holds in bit g the fifth bit of value 4g + b and in
@@ -87,10 +90,28 @@ struct Group32 {
 using group_q4_1 = Group32<true, false, 0, false>;     // d | m | qs[16]: d x q + m
 using group_q5_0 = Group32<false, true, 16, false>;    // d | qh[4] | qs[16]: d x (q - 16)
 using group_q5_1 = Group32<true, true, 0, false>;      // d | m | qh[4] | qs[16]: d x q + m
-using group_iq4_nl = Group32<false, false, 0, true>;   // d | qs[16]: d x k_iq4_nl_values[q]
-// IQ4_NL's non-linear values, as the GGUF format defines them
-inline constexpr int8_t k_iq4_nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                               1,    13,   25,  38,  53,  69,  89,  113};
+using group_iq4_nl = Group32<false, false, 0, true>;   // d | qs[16]: d x k_iq4_values[q]
+
+// ---- the 256-value types of few bits: Q3_K, Q2_K, IQ4_XS ----
+namespace group_q2_K {
+// qs: 16 slots, slot s = sub-block s of 16 values: bits 2k, 2k + 1 of byte b the value
+// 16s + 4k + b (0..3); scales: u8 [16 sub-blocks][8 rows], GGUF's byte (scale | min << 4);
+// d, dmin: f16 [8 rows]
+constexpr size_t qs = 0, scales = 512, d = 640, dmin = 656, bytes = 672;
+}  // namespace group_q2_K
+namespace group_q3_K {
+// qs: as q2_K's, the low 2 bits of each value; hmask: 8 slots, slot h bit 4k' + k of
+// byte b the third bit of value 16(2h + k') + 4k + b (sub-blocks 2h, 2h + 1); a value is
+// those 3 bits (0..7) minus 4. scales: i8 [16 sub-blocks][8 rows] (GGUF's 6 bits minus 32);
+// d: f16 [8 rows]
+constexpr size_t qs = 0, hmask = 512, scales = 768, d = 896, bytes = 912;
+}  // namespace group_q3_K
+namespace group_iq4_xs {
+// qs: as q4_K's nibbles (chunk j of 64 values: low nibbles values 64j + 4g.., high 64j +
+// 32 + 4g..), each an index into k_iq4_values; scales: i8 [8 sub-blocks of 32][8 rows]
+// (GGUF's 6 bits minus 32); d: f16 [8 rows]
+constexpr size_t qs = 0, scales = 1024, d = 1088, bytes = 1104;
+}  // namespace group_iq4_xs
 
 struct TypeLayout {
     ggml_type type;
@@ -133,6 +154,7 @@ struct Kernels {
     const char * name;
     GroupKernel q4_0, q8_0, q4_K, q5_K, q6_K;
     GroupKernel q4_1, q5_0, q5_1, iq4_nl;   // the Group32 types
+    GroupKernel q3_K, q2_K, iq4_xs;         // the 256-value types of few bits
     GroupKernel of(ggml_type type) const;
 };
 

@@ -5,9 +5,9 @@
 //   own_kernels_driver kernels
 //     prints the kernels this CPU runs (own::kernels_here), one a line
 //   own_kernels_driver products TYPE N_IN ROWS COLUMNS OUT ROW_COUNTS COLUMN_COUNTS
-//     ROWS: rows of TYPE (q4_0, q8_0, q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, iq4_nl) in GGUF's
-//     layout, N_IN values each;
-//     COLUMNS: float32 columns of N_IN values; ROW_COUNTS, COLUMN_COUNTS: comma lists.
+//     ROWS: rows of TYPE (q4_0, q8_0, q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, iq4_nl, q3_k,
+//     q2_k, iq4_xs) in GGUF's layout, N_IN values each; COLUMNS: float32 columns of N_IN
+//     values; ROW_COUNTS, COLUMN_COUNTS: comma lists.
 //     OUT, float32: for each row count R, for each of reference and neon, the first R rows
 //     times each column alone (one column and one row group a kernel call, all the
 //     columns), then times the first N columns for each column count N (N columns and two
@@ -46,9 +46,9 @@ std::vector<int64_t> counts_of(const std::string & list) {
 
 ggml_type type_named(const std::string & name) {
     const std::pair<const char *, ggml_type> types[] = {
-        {"q4_0", GGML_TYPE_Q4_0}, {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K},
-        {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}, {"q4_1", GGML_TYPE_Q4_1},
-        {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"iq4_nl", GGML_TYPE_IQ4_NL}};
+        {"q4_0", GGML_TYPE_Q4_0},     {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K},
+        {"q6_k", GGML_TYPE_Q6_K},     {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
+        {"iq4_nl", GGML_TYPE_IQ4_NL}, {"q3_k", GGML_TYPE_Q3_K}, {"q2_k", GGML_TYPE_Q2_K}, {"iq4_xs", GGML_TYPE_IQ4_XS}};
     for (const auto & [known, type] : types) {
         if (name == known) {
             return type;

@@ -30,8 +30,8 @@ SOURCES = [
 ]
 INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
 
-TYPES = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl"]
-N_IN = 768  # 3 blocks of the K-quants, 24 of the 32-value types
+TYPES = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl", "q3_k", "q2_k", "iq4_xs"]
+N_IN = 768  # 3 blocks of the 256-value types, 24 of the 32-value types
 # one whole row group; a pair of them and a part group (padded with zero rows); a pair,
 # a whole group alone and a part group (the kernels take 1 or 2 groups a call)
 ROW_COUNTS = (8, 21, 27)

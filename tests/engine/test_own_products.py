@@ -24,6 +24,9 @@ GGUF_TYPES = {
     "q5_0": gguf.GGMLQuantizationType.Q5_0,
     "q5_1": gguf.GGMLQuantizationType.Q5_1,
     "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL,
+    "q3_K": gguf.GGMLQuantizationType.Q3_K,
+    "q2_K": gguf.GGMLQuantizationType.Q2_K,
+    "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
 }
 BLOCK = op.BLOCK_VALUES
 KERNELS = _core.own_kernels()
@@ -130,6 +133,7 @@ def test_a_failed_probe_keeps_ggmls_kernels(monkeypatch):
     assert products.types == () and products.kernels == ""
     assert "crashed (SIGILL)" in products.reason
     assert seen["folder"] == op.CACHE_FOLDER and seen["key"]["kernels"] == FASTEST
+    assert seen["key"]["types"] == ",".join(op.COVERED)  # a verdict on fewer types is not reused
 
 
 def test_a_passed_probe_gives_every_covered_type(monkeypatch):
@@ -161,6 +165,23 @@ def test_a_releases_verify_rows_equal_plain_steps_with_ggmls_exact_op_off(qwen05
     engine.forward(ids[:30], True)  # places the model on the CPU: the matrices are packed
     assert engine.own_kernels == FASTEST
     assert sum(engine.own_products.values()) > 0
+    steps = [engine.forward([t], True)[0] for t in ids[30:39]]
+    engine.rewind(30)
+    verify = engine.forward(ids[30:39], False)
+    assert np.array_equal(verify, np.stack(steps))
+
+
+@pytest.mark.parametrize("type_name", ["q3_K", "q2_K", "iq4_xs"])
+def test_a_models_verify_rows_equal_plain_steps_on_the_few_bit_types(make_tiny_gguf, type_name):
+    """A tiny model whose every matrix is Q3_K, Q2_K or IQ4_XS (rows of 256 and 512, the
+    tied embedding as the head): all of them take our products, and a k-row forward's
+    rows equal one-token steps bit for bit."""
+    path = make_tiny_gguf(f"tiny_{type_name}", dtype=type_name, n_embd=256, n_ff=512, seed=4)
+    engine = _core.Engine(str(path), 512, 512, 2, own_types=list(op.COVERED), own_kernels=FASTEST)
+    ids = list(range(1000, 1040))
+    engine.forward(ids[:30], True)
+    # 2 layers of 7 matrices and the head
+    assert engine.own_products == {type_name: 15}
     steps = [engine.forward([t], True)[0] for t in ids[30:39]]
     engine.rewind(30)
     verify = engine.forward(ids[30:39], False)
