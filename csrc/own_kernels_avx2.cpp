@@ -8,7 +8,7 @@
 namespace river::own {
 const Kernels * avx2_kernels() {
     static const Kernels kernels{"avx2",
-                                 group_kernel<Q4_0>,
+                                 group_kernel<Block32<group_q4_0>>,
                                  group_kernel<Q8_0>,
                                  group_kernel<QK_4_5<false>>,
                                  group_kernel<QK_4_5<true>>,

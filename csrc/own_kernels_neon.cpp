@@ -127,29 +127,62 @@ inline void store(const float32x4_t (&acc)[C][2], float * out, size_t out_stride
     }
 }
 
-struct Q4_0 {
+// Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL (own_quant.h's Group32): the nibbles, with the fifth
+// bits, IQ4_NL's table (a tbl lookup: sdot multiplies signed bytes), the offset and the
+// min's term as the type has them.
+template <typename Group>
+struct Block32 {
     template <int C>
     static void tile(const uint8_t * w, const uint8_t * x, size_t col_bytes, int64_t n_blocks, float * out,
                      size_t out_stride) {
         float32x4_t acc[C][2];
         start(acc);
-        for (int64_t b = 0; b < n_blocks; ++b, w += group_q4_0::bytes, x += k_act32_bytes) {
+        for (int64_t b = 0; b < n_blocks; ++b, w += Group::bytes, x += k_act32_bytes) {
             uint8x16_t q[8], lo[8], hi[8];
-            load_slots4(w + group_q4_0::qs, q);
+            load_slots4(w + Group::qs, q);
             for (int i = 0; i < 8; ++i) {
                 lo[i] = low_nibbles(q[i]);
                 hi[i] = high_nibbles(q[i]);
             }
-            float32x4_t d[2];
-            row_scales(w + group_q4_0::d, d);
+            if constexpr (Group::fifth_bit) {
+                // slot g = i / 2 (rows 0-3 or 4-7 by i % 2): bits g and 4 + g of its qh bytes
+                const uint8x16_t bits[2] = {vld1q_u8(w + Group::qh), vld1q_u8(w + Group::qh + 16)};
+                const uint8x16_t sixteen = vdupq_n_u8(16);
+                for (int i = 0; i < 8; ++i) {
+                    const uint8x16_t bit_lo = vdupq_n_u8(static_cast<uint8_t>(1 << (i / 2)));
+                    const uint8x16_t bit_hi = vdupq_n_u8(static_cast<uint8_t>(1 << (4 + i / 2)));
+                    lo[i] = vorrq_u8(lo[i], vandq_u8(vtstq_u8(bits[i % 2], bit_lo), sixteen));
+                    hi[i] = vorrq_u8(hi[i], vandq_u8(vtstq_u8(bits[i % 2], bit_hi), sixteen));
+                }
+            }
+            if constexpr (Group::table) {
+                const uint8x16_t table = vreinterpretq_u8_s8(vld1q_s8(k_iq4_values));
+                for (int i = 0; i < 8; ++i) {
+                    lo[i] = vqtbl1q_u8(table, lo[i]);
+                    hi[i] = vqtbl1q_u8(table, hi[i]);
+                }
+            }
+            float32x4_t d[2], m[2];
+            row_scales(w + Group::d, d);
+            if constexpr (Group::has_min) {
+                row_scales(w + Group::m, m);
+            }
             for (int c = 0; c < C; ++c) {
                 const uint8_t * xc = x + c * col_bytes;
-                // the values are the nibbles - 8: start from -8 x the column's sum
-                const int32x4_t offset = vdupq_n_s32(-8 * column_int(xc + k_act32_sum));
+                const int32_t sum = column_int(xc + k_act32_sum);
+                const float dx = column_float(xc + k_act32_d);
+                // start from -offset x the column's sum
+                const int32x4_t offset = vdupq_n_s32(-Group::offset * sum);
                 int32x4_t t[2] = {offset, offset};
                 dot4(t, lo, xc);
                 dot4(t, hi, xc + 16);
-                add_block(acc[c], d, column_float(xc + k_act32_d), t);
+                add_block(acc[c], d, dx, t);
+                if constexpr (Group::has_min) {
+                    // + (m x dx) x column sum, fused, after the scale's term
+                    for (int h = 0; h < 2; ++h) {
+                        acc[c][h] = vfmaq_f32(acc[c][h], vmulq_n_f32(m[h], dx), vdupq_n_f32(static_cast<float>(sum)));
+                    }
+                }
             }
         }
         store(acc, out, out_stride);
@@ -328,68 +361,6 @@ struct Q6_K {
     }
 };
 
-// Q4_1, Q5_0, Q5_1 and IQ4_NL (own_quant.h's Group32): Q4_0's tile, with the fifth bits,
-// IQ4_NL's table (a tbl lookup: sdot multiplies signed bytes) and the min's term as the
-// type has them.
-template <typename Group>
-struct Block32 {
-    template <int C>
-    static void tile(const uint8_t * w, const uint8_t * x, size_t col_bytes, int64_t n_blocks, float * out,
-                     size_t out_stride) {
-        float32x4_t acc[C][2];
-        start(acc);
-        for (int64_t b = 0; b < n_blocks; ++b, w += Group::bytes, x += k_act32_bytes) {
-            uint8x16_t q[8], lo[8], hi[8];
-            load_slots4(w + Group::qs, q);
-            for (int i = 0; i < 8; ++i) {
-                lo[i] = low_nibbles(q[i]);
-                hi[i] = high_nibbles(q[i]);
-            }
-            if constexpr (Group::fifth_bit) {
-                // slot g = i / 2 (rows 0-3 or 4-7 by i % 2): bits g and 4 + g of its qh bytes
-                const uint8x16_t bits[2] = {vld1q_u8(w + Group::qh), vld1q_u8(w + Group::qh + 16)};
-                const uint8x16_t sixteen = vdupq_n_u8(16);
-                for (int i = 0; i < 8; ++i) {
-                    const uint8x16_t bit_lo = vdupq_n_u8(static_cast<uint8_t>(1 << (i / 2)));
-                    const uint8x16_t bit_hi = vdupq_n_u8(static_cast<uint8_t>(1 << (4 + i / 2)));
-                    lo[i] = vorrq_u8(lo[i], vandq_u8(vtstq_u8(bits[i % 2], bit_lo), sixteen));
-                    hi[i] = vorrq_u8(hi[i], vandq_u8(vtstq_u8(bits[i % 2], bit_hi), sixteen));
-                }
-            }
-            if constexpr (Group::table) {
-                const uint8x16_t table = vreinterpretq_u8_s8(vld1q_s8(k_iq4_values));
-                for (int i = 0; i < 8; ++i) {
-                    lo[i] = vqtbl1q_u8(table, lo[i]);
-                    hi[i] = vqtbl1q_u8(table, hi[i]);
-                }
-            }
-            float32x4_t d[2], m[2];
-            row_scales(w + Group::d, d);
-            if constexpr (Group::has_min) {
-                row_scales(w + Group::m, m);
-            }
-            for (int c = 0; c < C; ++c) {
-                const uint8_t * xc = x + c * col_bytes;
-                const int32_t sum = column_int(xc + k_act32_sum);
-                const float dx = column_float(xc + k_act32_d);
-                // start from -offset x the column's sum
-                const int32x4_t offset = vdupq_n_s32(-Group::offset * sum);
-                int32x4_t t[2] = {offset, offset};
-                dot4(t, lo, xc);
-                dot4(t, hi, xc + 16);
-                add_block(acc[c], d, dx, t);
-                if constexpr (Group::has_min) {
-                    // + (m x dx) x column sum, fused, after the scale's term
-                    for (int h = 0; h < 2; ++h) {
-                        acc[c][h] = vfmaq_f32(acc[c][h], vmulq_n_f32(m[h], dx), vdupq_n_f32(static_cast<float>(sum)));
-                    }
-                }
-            }
-        }
-        store(acc, out, out_stride);
-    }
-};
-
 // ---- Q3_K, Q2_K and IQ4_XS ----
 
 // Q3_K and Q2_K (as own_kernels_x86.inc's QK_2_3): sub-block s's 16 values from qs slot
@@ -557,7 +528,7 @@ void group_kernel(const uint8_t * groups, size_t group_stride, int n_groups, con
 
 const Kernels * neon_kernels() {
     static const Kernels kernels{"neon",
-                                 group_kernel<Q4_0>,
+                                 group_kernel<Block32<group_q4_0>>,
                                  group_kernel<Q8_0>,
                                  group_kernel<QK_4_5<false>>,
                                  group_kernel<QK_4_5<true>>,

@@ -198,12 +198,7 @@ void pack_iq4_xs_row(const uint8_t * src, uint8_t * group, int64_t r) {   // d |
 void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
     uint8_t v[256];
     switch (type) {
-        case GGML_TYPE_Q4_0:   // d | qs[16]
-            put_f16(group + group_q4_0::d, r, src);
-            for (int64_t l = 0; l < 16; ++l) {
-                slot_byte(group + group_q4_0::qs, l / 4, r, l % 4) = src[2 + l];
-            }
-            break;
+        case GGML_TYPE_Q4_0: pack_row_32<group_q4_0>(src, group, r); break;
         case GGML_TYPE_Q8_0:   // d | qs[32]
             put_f16(group + group_q8_0::d, r, src);
             for (int64_t l = 0; l < 32; ++l) {
@@ -313,10 +308,6 @@ const int8_t * column_values(const uint8_t * x) {
 }
 
 // Value i of row r of a row group block.
-int32_t q4_0_value(const uint8_t * w, int64_t r, int64_t i) {
-    const uint8_t byte = slot_byte(w + group_q4_0::qs, (i % 16) / 4, r, i % 4);
-    return i < 16 ? byte & 0xF : byte >> 4;
-}
 int32_t q8_0_value(const uint8_t * w, int64_t r, int64_t i) {
     return static_cast<int8_t>(slot_byte(w + group_q8_0::qs, i / 4, r, i % 4));
 }
@@ -353,20 +344,6 @@ void reference_group(const uint8_t * groups, size_t group_stride, int n_groups, 
             }
         }
     }
-}
-
-void reference_q4_0(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
-                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
-    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
-                    group_q4_0::bytes, k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        int32_t isum = 0;
-                        for (int64_t i = 0; i < 32; ++i) {
-                            isum += q4_0_value(w, r, i) * column_values(x)[i];
-                        }
-                        isum -= 8 * column_sum(x, k_act32_sum);
-                        const float scale = f16(w + group_q4_0::d + 2 * r) * column_scale(x, k_act32_d);
-                        return std::fmaf(scale, static_cast<float>(isum), acc);
-                    });
 }
 
 void reference_q8_0(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
@@ -438,7 +415,7 @@ void reference_q6_K(const uint8_t * groups, size_t group_stride, int n_groups, c
                     });
 }
 
-// Q4_1, Q5_0, Q5_1, IQ4_NL (Group32): value i of row r, before the offset
+// The Group32 types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): value i of row r, before the offset
 template <typename Group>
 int32_t value_32(const uint8_t * w, int64_t r, int64_t i) {
     const int64_t g = (i % 16) / 4, high = i >= 16;
@@ -670,7 +647,7 @@ GroupKernel Kernels::of(ggml_type type) const {
 
 const Kernels & reference_kernels() {
     static const Kernels kernels{"reference",
-                                 reference_q4_0,
+                                 reference_32<group_q4_0>,
                                  reference_q8_0,
                                  reference_q4_K,
                                  reference_q5_K,

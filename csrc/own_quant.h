@@ -37,9 +37,28 @@ constexpr size_t k_act32_d = 32, k_act32_sum = 36, k_act32_bytes = 40;
 // of each of the 8 rows, byte b of row r at r * 4 + b.
 constexpr size_t k_slot = 32;
 
-namespace group_q4_0 {
-constexpr size_t qs = 0, d = 128, bytes = 144;   // qs: 4 slots, low nibbles values 4g.., high 16 + 4g..
-}
+// The 16 values an IQ4_NL or IQ4_XS nibble stands for (GGUF's non-linear grid).
+inline constexpr int8_t k_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// ---- 32-value blocks of nibbles, with a min, a fifth bit or a table of values as the type
+// has them: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (Group32)
+// qs: 4 slots (slot g: low nibbles values 4g.., high nibbles 16 + 4g..); with a fifth bit,
+// qh: 1 slot whose byte b holds in bit g the fifth bit of value 4g + b and in bit 4 + g
+// that of value 16 + 4g + b; then d and, with a min, m: f16 [8 rows].
+// A row's value is its nibble (with the fifth bit as bit 4) less `offset`, or IQ4_NL's
+// table entry at its nibble; the weight is d x value (+ m).
+template <bool Min, bool FifthBit, int32_t Offset, bool Table>
+struct Group32 {
+    static constexpr bool has_min = Min, fifth_bit = FifthBit, table = Table;
+    static constexpr int32_t offset = Offset;
+    static constexpr size_t qs = 0, qh = 128, d = FifthBit ? 160 : 128, m = d + 16, bytes = d + (Min ? 32 : 16);
+};
+using group_q4_0 = Group32<false, false, 8, false>;    // d | qs[16]: d x (q - 8)
+using group_q4_1 = Group32<true, false, 0, false>;     // d | m | qs[16]: d x q + m
+using group_q5_0 = Group32<false, true, 16, false>;    // d | qh[4] | qs[16]: d x (q - 16)
+using group_q5_1 = Group32<true, true, 0, false>;      // d | m | qh[4] | qs[16]: d x q + m
+using group_iq4_nl = Group32<false, false, 0, true>;   // d | qs[16]: d x k_iq4_values[q]
+
 namespace group_q8_0 {
 constexpr size_t qs = 0, d = 256, bytes = 272;   // qs: 8 slots of int8, values 4g..
 }
@@ -71,26 +90,6 @@ constexpr size_t top_slot(int64_t h) {
     return static_cast<size_t>(h) * triple + 2 * k_slot;
 }
 }  // namespace group_q6_K
-
-// The 16 values an IQ4_NL or IQ4_XS nibble stands for (GGUF's non-linear grid).
-inline constexpr int8_t k_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-// ---- 32-value blocks with a min, a fifth bit or a table of values: Q4_1, Q5_0, Q5_1, IQ4_NL
-// qs: 4 slots as Q4_0's (slot g: low nibbles values 4g.., high nibbles 16 + 4g..); with a
-// fifth bit, qh: 1 slot whose byte b holds in bit g the fifth bit of value 4g + b and in
-// bit 4 + g that of value 16 + 4g + b; then d and, with a min, m: f16 [8 rows].
-// A row's value is its nibble (with the fifth bit as bit 4) less `offset`, or IQ4_NL's
-// table entry at its nibble; the weight is d x value (+ m).
-template <bool Min, bool FifthBit, int32_t Offset, bool Table>
-struct Group32 {
-    static constexpr bool has_min = Min, fifth_bit = FifthBit, table = Table;
-    static constexpr int32_t offset = Offset;
-    static constexpr size_t qs = 0, qh = 128, d = FifthBit ? 160 : 128, m = d + 16, bytes = d + (Min ? 32 : 16);
-};
-using group_q4_1 = Group32<true, false, 0, false>;     // d | m | qs[16]: d x q + m
-using group_q5_0 = Group32<false, true, 16, false>;    // d | qh[4] | qs[16]: d x (q - 16)
-using group_q5_1 = Group32<true, true, 0, false>;      // d | m | qh[4] | qs[16]: d x q + m
-using group_iq4_nl = Group32<false, false, 0, true>;   // d | qs[16]: d x k_iq4_values[q]
 
 // ---- the 256-value types of few bits: Q3_K, Q2_K, IQ4_XS ----
 namespace group_q2_K {
