@@ -8,19 +8,7 @@
 
 namespace river::own {
 const Kernels * vnni_kernels() {
-    static const Kernels kernels{"avx512vnni",
-                                 group_kernel<Block32<group_q4_0>>,
-                                 group_kernel<Q8_0>,
-                                 group_kernel<QK_4_5<false>>,
-                                 group_kernel<QK_4_5<true>>,
-                                 group_kernel<Q6_K>,
-                                 group_kernel<Block32<group_q4_1>>,
-                                 group_kernel<Block32<group_q5_0>>,
-                                 group_kernel<Block32<group_q5_1>>,
-                                 group_kernel<Block32<group_iq4_nl>>,
-                                 group_kernel<QK_2_3<true>>,
-                                 group_kernel<QK_2_3<false>>,
-                                 group_kernel<IQ4_XS>};
+    static constexpr Kernels kernels = x86_kernels("avx512vnni");
     return &kernels;
 }
 }  // namespace river::own

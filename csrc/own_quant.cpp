@@ -328,6 +328,16 @@ int32_t q6_K_value(const uint8_t * w, int64_t r, int64_t i) {
     return ((g < 32 ? low & 0xF : low >> 4)) | (((top >> (2 * (g / 16))) & 3) << 4);
 }
 
+// Values [first, first + n) of row r times the column's same values
+template <typename Value>
+int32_t dot_of(const uint8_t * w, const uint8_t * x, int64_t r, int64_t first, int64_t n, Value value) {
+    int32_t dot = 0;
+    for (int64_t i = first; i < first + n; ++i) {
+        dot += value(w, r, i) * column_values(x)[i];
+    }
+    return dot;
+}
+
 template <typename Element>
 void reference_group(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                      int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride, size_t block_bytes,
@@ -350,10 +360,7 @@ void reference_q8_0(const uint8_t * groups, size_t group_stride, int n_groups, c
                     int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
     reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
                     group_q8_0::bytes, k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        int32_t isum = 0;
-                        for (int64_t i = 0; i < 32; ++i) {
-                            isum += q8_0_value(w, r, i) * column_values(x)[i];
-                        }
+                        const int32_t isum = dot_of(w, x, r, 0, 32, q8_0_value);
                         const float scale = f16(w + group_q8_0::d + 2 * r) * column_scale(x, k_act32_d);
                         return std::fmaf(scale, static_cast<float>(isum), acc);
                     });
@@ -365,11 +372,7 @@ float k_quant_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc
                       size_t dmin, Value value) {
     int32_t isum = 0, msum = 0;
     for (int64_t j = 0; j < 8; ++j) {
-        int32_t dot = 0;
-        for (int64_t i = 32 * j; i < 32 * j + 32; ++i) {
-            dot += value(w, r, i) * column_values(x)[i];
-        }
-        isum += dot * w[scales + j * 8 + r];
+        isum += dot_of(w, x, r, 32 * j, 32, value) * w[scales + j * 8 + r];
         msum += w[mins + group_q4_K::min_at(j, r)] * column_sum16(x, k_act256_sum32 + 2 * j);
     }
     const float dx = column_scale(x, k_act256_d);
@@ -396,22 +399,31 @@ void reference_q5_K(const uint8_t * groups, size_t group_stride, int n_groups, c
                     });
 }
 
+// Q6_K, Q3_K and IQ4_XS: the sum over sub-blocks of Sub values of a signed scale x (dot -
+// Offset x the column's sum of them), then fmaf(d x dx, isum, acc). The column holds 32 x
+// its sums of 16, so Offset x a sum is that / (32 / Offset): exact for Offset 32 and 4.
+template <int64_t Sub, int32_t Offset, typename Value>
+float signed_scales_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc, size_t scales, size_t d,
+                            Value value) {
+    static_assert(Offset == 0 || (Sub == 16 && 32 % Offset == 0), "the column has 32 x its sums of 16");
+    int32_t isum = 0;
+    for (int64_t s = 0; s < 256 / Sub; ++s) {
+        int32_t dot = dot_of(w, x, r, Sub * s, Sub, value);
+        if constexpr (Offset != 0) {
+            dot -= column_sum(x, k_act256_sum16x32 + 4 * s) / (32 / Offset);
+        }
+        isum += dot * static_cast<int8_t>(w[scales + s * 8 + r]);
+    }
+    const float scale = f16(w + d + 2 * r) * column_scale(x, k_act256_d);
+    return std::fmaf(scale, static_cast<float>(isum), acc);
+}
+
 void reference_q6_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                     int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
     reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
                     group_q6_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        // sum over sub-blocks of 16 of scale x (dot - 32 x column sum)
-                        int32_t isum = 0;
-                        for (int64_t s = 0; s < 16; ++s) {
-                            int32_t dot = 0;
-                            for (int64_t i = 16 * s; i < 16 * s + 16; ++i) {
-                                dot += q6_K_value(w, r, i) * column_values(x)[i];
-                            }
-                            dot -= column_sum(x, k_act256_sum16x32 + 4 * s);
-                            isum += dot * static_cast<int8_t>(w[group_q6_K::scales + s * 8 + r]);
-                        }
-                        const float scale = f16(w + group_q6_K::d + 2 * r) * column_scale(x, k_act256_d);
-                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                        return signed_scales_element<16, 32>(w, x, r, acc, group_q6_K::scales, group_q6_K::d,
+                                                             q6_K_value);
                     });
 }
 
@@ -438,12 +450,8 @@ void reference_32(const uint8_t * groups, size_t group_stride, int n_groups, con
                   int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
     reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride, Group::bytes,
                     k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        int32_t isum = 0;
-                        for (int64_t i = 0; i < 32; ++i) {
-                            isum += value_32<Group>(w, r, i) * column_values(x)[i];
-                        }
                         const int32_t sum = column_sum(x, k_act32_sum);
-                        isum -= Group::offset * sum;
+                        const int32_t isum = dot_of(w, x, r, 0, 32, value_32<Group>) - Group::offset * sum;
                         const float dx = column_scale(x, k_act32_d);
                         acc = std::fmaf(f16(w + Group::d + 2 * r) * dx, static_cast<float>(isum), acc);
                         if constexpr (Group::has_min) {
@@ -468,30 +476,13 @@ int32_t iq4_xs_value(const uint8_t * w, int64_t r, int64_t i) {
     return k_iq4_values[k_nibble(w + group_iq4_xs::qs, r, i)];
 }
 
-// Values [first, first + n) of row r times the column's same values
-template <typename Value>
-int32_t dot_of(const uint8_t * w, const uint8_t * x, int64_t r, int64_t first, int64_t n, Value value) {
-    int32_t dot = 0;
-    for (int64_t i = first; i < first + n; ++i) {
-        dot += value(w, r, i) * column_values(x)[i];
-    }
-    return dot;
-}
-
 void reference_q3_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                     int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
     reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
                     group_q3_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        // sum over sub-blocks of 16 of scale x (dot - 4 x column sum), where
-                        // 4 x column sum = (32 x column sum) / 8; |isum| <= 16 x 32 x 16 x 4 x 127
-                        int32_t isum = 0;
-                        for (int64_t s = 0; s < 16; ++s) {
-                            const int32_t dot =
-                                dot_of(w, x, r, 16 * s, 16, q3_K_value) - column_sum(x, k_act256_sum16x32 + 4 * s) / 8;
-                            isum += dot * static_cast<int8_t>(w[group_q3_K::scales + s * 8 + r]);
-                        }
-                        const float scale = f16(w + group_q3_K::d + 2 * r) * column_scale(x, k_act256_d);
-                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                        // the values + 4, less 4 x the column's sums; |isum| <= 16 x 32 x 16 x 4 x 127
+                        return signed_scales_element<16, 4>(w, x, r, acc, group_q3_K::scales, group_q3_K::d,
+                                                            q3_K_value);
                     });
 }
 
@@ -519,18 +510,12 @@ void reference_q2_K(const uint8_t * groups, size_t group_stride, int n_groups, c
 
 void reference_iq4_xs(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                       int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
-    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
-                    group_iq4_xs::bytes, k_act256_bytes,
-                    [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        // sum over sub-blocks of 32 of scale x dot: |isum| <= 8 x 32 x 32 x 127 x 127 < 2^31
-                        int32_t isum = 0;
-                        for (int64_t j = 0; j < 8; ++j) {
-                            isum += dot_of(w, x, r, 32 * j, 32, iq4_xs_value) *
-                                    static_cast<int8_t>(w[group_iq4_xs::scales + j * 8 + r]);
-                        }
-                        const float scale = f16(w + group_iq4_xs::d + 2 * r) * column_scale(x, k_act256_d);
-                        return std::fmaf(scale, static_cast<float>(isum), acc);
-                    });
+    reference_group(
+        groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_iq4_xs::bytes,
+        k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+            // |isum| <= 8 x 32 x 32 x 127 x 127 < 2^31
+            return signed_scales_element<32, 0>(w, x, r, acc, group_iq4_xs::scales, group_iq4_xs::d, iq4_xs_value);
+        });
 }
 
 // Rounds to the nearest integer, ties to even, for |v| < 2^22: adding 1.5 x 2^23 leaves
