@@ -18,6 +18,12 @@ namespace {
 // The covered weight types called `names` (ggml's names, "q4_K"); throws for others.
 std::vector<ggml_type> own_types(const std::vector<std::string> & names) {
     std::vector<ggml_type> types;
+    std::string covered;   // their names, for the error
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        if (own::layout_of(static_cast<ggml_type>(t))) {
+            covered += (covered.empty() ? "" : ", ") + std::string(ggml_type_name(static_cast<ggml_type>(t)));
+        }
+    }
     for (const std::string & name : names) {
         bool found = false;
         for (int t = 0; t < GGML_TYPE_COUNT && !found; ++t) {
@@ -28,8 +34,7 @@ std::vector<ggml_type> own_types(const std::vector<std::string> & names) {
             }
         }
         if (!found) {
-            throw Error("our own products do not cover the weight type '" + name +
-                        "' (they cover q4_0, q8_0, q4_K, q5_K, q6_K)");
+            throw Error("our own products do not cover the weight type '" + name + "' (they cover " + covered + ")");
         }
     }
     return types;

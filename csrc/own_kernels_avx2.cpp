@@ -7,12 +7,7 @@
 
 namespace river::own {
 const Kernels * avx2_kernels() {
-    static const Kernels kernels{"avx2",
-                                 group_kernel<Q4_0>,
-                                 group_kernel<Q8_0>,
-                                 group_kernel<QK_4_5<false>>,
-                                 group_kernel<QK_4_5<true>>,
-                                 group_kernel<Q6_K>};
+    static constexpr Kernels kernels = x86_kernels("avx2");
     return &kernels;
 }
 }  // namespace river::own

@@ -127,29 +127,62 @@ inline void store(const float32x4_t (&acc)[C][2], float * out, size_t out_stride
     }
 }
 
-struct Q4_0 {
+// Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL (own_quant.h's Group32): the nibbles, with the fifth
+// bits, IQ4_NL's table (a tbl lookup: sdot multiplies signed bytes), the offset and the
+// min's term as the type has them.
+template <typename Group>
+struct Block32 {
     template <int C>
     static void tile(const uint8_t * w, const uint8_t * x, size_t col_bytes, int64_t n_blocks, float * out,
                      size_t out_stride) {
         float32x4_t acc[C][2];
         start(acc);
-        for (int64_t b = 0; b < n_blocks; ++b, w += group_q4_0::bytes, x += k_act32_bytes) {
+        for (int64_t b = 0; b < n_blocks; ++b, w += Group::bytes, x += k_act32_bytes) {
             uint8x16_t q[8], lo[8], hi[8];
-            load_slots4(w + group_q4_0::qs, q);
+            load_slots4(w + Group::qs, q);
             for (int i = 0; i < 8; ++i) {
                 lo[i] = low_nibbles(q[i]);
                 hi[i] = high_nibbles(q[i]);
             }
-            float32x4_t d[2];
-            row_scales(w + group_q4_0::d, d);
+            if constexpr (Group::fifth_bit) {
+                // slot g = i / 2 (rows 0-3 or 4-7 by i % 2): bits g and 4 + g of its qh bytes
+                const uint8x16_t bits[2] = {vld1q_u8(w + Group::qh), vld1q_u8(w + Group::qh + 16)};
+                const uint8x16_t sixteen = vdupq_n_u8(16);
+                for (int i = 0; i < 8; ++i) {
+                    const uint8x16_t bit_lo = vdupq_n_u8(static_cast<uint8_t>(1 << (i / 2)));
+                    const uint8x16_t bit_hi = vdupq_n_u8(static_cast<uint8_t>(1 << (4 + i / 2)));
+                    lo[i] = vorrq_u8(lo[i], vandq_u8(vtstq_u8(bits[i % 2], bit_lo), sixteen));
+                    hi[i] = vorrq_u8(hi[i], vandq_u8(vtstq_u8(bits[i % 2], bit_hi), sixteen));
+                }
+            }
+            if constexpr (Group::table) {
+                const uint8x16_t table = vreinterpretq_u8_s8(vld1q_s8(k_iq4_values));
+                for (int i = 0; i < 8; ++i) {
+                    lo[i] = vqtbl1q_u8(table, lo[i]);
+                    hi[i] = vqtbl1q_u8(table, hi[i]);
+                }
+            }
+            float32x4_t d[2], m[2];
+            row_scales(w + Group::d, d);
+            if constexpr (Group::has_min) {
+                row_scales(w + Group::m, m);
+            }
             for (int c = 0; c < C; ++c) {
                 const uint8_t * xc = x + c * col_bytes;
-                // the values are the nibbles - 8: start from -8 x the column's sum
-                const int32x4_t offset = vdupq_n_s32(-8 * column_int(xc + k_act32_sum));
+                const int32_t sum = column_int(xc + k_act32_sum);
+                const float dx = column_float(xc + k_act32_d);
+                // start from -offset x the column's sum
+                const int32x4_t offset = vdupq_n_s32(-Group::offset * sum);
                 int32x4_t t[2] = {offset, offset};
                 dot4(t, lo, xc);
                 dot4(t, hi, xc + 16);
-                add_block(acc[c], d, column_float(xc + k_act32_d), t);
+                add_block(acc[c], d, dx, t);
+                if constexpr (Group::has_min) {
+                    // + (m x dx) x column sum, fused, after the scale's term
+                    for (int h = 0; h < 2; ++h) {
+                        acc[c][h] = vfmaq_f32(acc[c][h], vmulq_n_f32(m[h], dx), vdupq_n_f32(static_cast<float>(sum)));
+                    }
+                }
             }
         }
         store(acc, out, out_stride);
@@ -328,6 +361,141 @@ struct Q6_K {
     }
 };
 
+// ---- Q3_K, Q2_K and IQ4_XS ----
+
+// Q3_K and Q2_K (as own_kernels_x86.inc's QK_2_3): sub-block s's 16 values from qs slot
+// s, whose bit pair k holds values 16s + 4k..: the 4 pairs are 4 slots' values as
+// load_slots4 holds them. Q3_K adds the third bits from its hmask slots, values offset by
+// -4 and signed scales; Q2_K has GGUF's byte of a 4-bit scale and min per sub-block.
+template <bool three_bits>
+struct QK_2_3 {
+    template <int C>
+    static void tile(const uint8_t * w, const uint8_t * x, size_t col_bytes, int64_t n_blocks, float * out,
+                     size_t out_stride) {
+        constexpr size_t bytes = three_bits ? group_q3_K::bytes : group_q2_K::bytes;
+        constexpr size_t scales = three_bits ? group_q3_K::scales : group_q2_K::scales;
+        constexpr size_t d_at = three_bits ? group_q3_K::d : group_q2_K::d;
+        float32x4_t acc[C][2];
+        start(acc);
+        for (int64_t b = 0; b < n_blocks; ++b, w += bytes, x += k_act256_bytes) {
+            int32x4_t isum[C][2], msum[C][2];
+            for (int c = 0; c < C; ++c) {
+                set_zero(isum[c]);
+                set_zero(msum[c]);
+            }
+            for (int s = 0; s < 16; ++s) {
+                uint8x16_t q[8];
+                for (int half = 0; half < 2; ++half) {
+                    const uint8x16_t packed = vld1q_u8(w + s * k_slot + 16 * half);
+                    const uint8x16_t high =   // Q3_K's third bits
+                        three_bits ? vld1q_u8(w + group_q3_K::hmask + (s / 2) * k_slot + 16 * half) : vdupq_n_u8(0);
+                    for (int k = 0; k < 4; ++k) {
+                        uint8x16_t v =
+                            vandq_u8(vshlq_u8(packed, vdupq_n_s8(static_cast<int8_t>(-2 * k))), vdupq_n_u8(3));
+                        if constexpr (three_bits) {
+                            const uint8x16_t bit = vdupq_n_u8(static_cast<uint8_t>(1 << (4 * (s % 2) + k)));
+                            v = vorrq_u8(v, vandq_u8(vtstq_u8(high, bit), vdupq_n_u8(4)));
+                        }
+                        q[2 * k + half] = v;
+                    }
+                }
+                int32x4_t sc[2], m[2];   // m: Q2_K's mins
+                if constexpr (three_bits) {
+                    row_i8(w + scales + s * 8, sc);
+                } else {
+                    row_u8(w + scales + s * 8, m);
+                    for (int h = 0; h < 2; ++h) {
+                        sc[h] = vandq_s32(m[h], vdupq_n_s32(15));
+                        m[h] = vshrq_n_s32(m[h], 4);
+                    }
+                }
+                for (int c = 0; c < C; ++c) {
+                    const uint8_t * xc = x + c * col_bytes;
+                    const int32_t sum = column_int(xc + k_act256_sum16x32 + 4 * s);   // 32 x the column's sum of 16
+                    // Q3_K's values are those - 4: start from -4 x the column's sum
+                    const int32x4_t offset = vdupq_n_s32(three_bits ? -(sum / 8) : 0);
+                    int32x4_t t[2] = {offset, offset};
+                    dot4(t, q, xc + 16 * s);
+                    for (int h = 0; h < 2; ++h) {
+                        isum[c][h] = vmlaq_s32(isum[c][h], t[h], sc[h]);
+                        if constexpr (!three_bits) {
+                            msum[c][h] = vmlaq_n_s32(msum[c][h], m[h], sum / 32);
+                        }
+                    }
+                }
+            }
+            float32x4_t d[2];
+            row_scales(w + d_at, d);
+            for (int c = 0; c < C; ++c) {
+                const float dx = column_float(x + c * col_bytes + k_act256_d);
+                add_block(acc[c], d, dx, isum[c]);
+                if constexpr (!three_bits) {
+                    // acc - (dmin x dx) x msum, fused: the reference's fmaf(-(dmin * dx), msum, acc)
+                    float32x4_t dmin[2];
+                    row_scales(w + group_q2_K::dmin, dmin);
+                    for (int h = 0; h < 2; ++h) {
+                        acc[c][h] = vfmsq_f32(acc[c][h], vmulq_n_f32(dmin[h], dx), vcvtq_f32_s32(msum[c][h]));
+                    }
+                }
+            }
+        }
+        store(acc, out, out_stride);
+    }
+};
+
+// IQ4_XS: Q4_K's nibbles, each an index into k_iq4_values (tbl), 8 sub-blocks of 32 with
+// a signed scale each; sdot multiplies the signed values as they are.
+struct IQ4_XS {
+    template <int C>
+    static void tile(const uint8_t * w, const uint8_t * x, size_t col_bytes, int64_t n_blocks, float * out,
+                     size_t out_stride) {
+        const uint8x16_t grid = vreinterpretq_u8_s8(vld1q_s8(k_iq4_values));
+        float32x4_t acc[C][2];
+        start(acc);
+        for (int64_t b = 0; b < n_blocks; ++b, w += group_iq4_xs::bytes, x += k_act256_bytes) {
+            int32x4_t isum[C][2];
+            for (int c = 0; c < C; ++c) {
+                set_zero(isum[c]);
+            }
+            // chunk j: sub-blocks 2j (low nibbles) and 2j + 1 (high), 8 slots in two halves of 4
+            for (int j = 0; j < 4; ++j) {
+                int32x4_t t_lo[C][2], t_hi[C][2];
+                for (int c = 0; c < C; ++c) {
+                    set_zero(t_lo[c]);
+                    set_zero(t_hi[c]);
+                }
+                for (int half = 0; half < 2; ++half) {
+                    uint8x16_t q[8], lo[8], hi[8];
+                    load_slots4(w + group_iq4_xs::qs + (j * 8 + 4 * half) * k_slot, q);
+                    for (int i = 0; i < 8; ++i) {
+                        lo[i] = vqtbl1q_u8(grid, low_nibbles(q[i]));
+                        hi[i] = vqtbl1q_u8(grid, high_nibbles(q[i]));
+                    }
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t * xc = x + c * col_bytes + 64 * j + 16 * half;
+                        dot4(t_lo[c], lo, xc);
+                        dot4(t_hi[c], hi, xc + 32);
+                    }
+                }
+                int32x4_t sc_lo[2], sc_hi[2];
+                row_i8(w + group_iq4_xs::scales + (2 * j) * 8, sc_lo);
+                row_i8(w + group_iq4_xs::scales + (2 * j + 1) * 8, sc_hi);
+                for (int c = 0; c < C; ++c) {
+                    for (int h = 0; h < 2; ++h) {
+                        isum[c][h] = vmlaq_s32(vmlaq_s32(isum[c][h], t_lo[c][h], sc_lo[h]), t_hi[c][h], sc_hi[h]);
+                    }
+                }
+            }
+            float32x4_t d[2];
+            row_scales(w + group_iq4_xs::d, d);
+            for (int c = 0; c < C; ++c) {
+                add_block(acc[c], d, column_float(x + c * col_bytes + k_act256_d), isum[c]);
+            }
+        }
+        store(acc, out, out_stride);
+    }
+};
+
 // n_groups row groups times n_cols columns: each group alone (the sdot by lane already
 // reads a column's 16 bytes once per 4 slots), in tiles of k_max_cols columns, then the rest.
 template <typename Type>
@@ -360,11 +528,18 @@ void group_kernel(const uint8_t * groups, size_t group_stride, int n_groups, con
 
 const Kernels * neon_kernels() {
     static const Kernels kernels{"neon",
-                                 group_kernel<Q4_0>,
+                                 group_kernel<Block32<group_q4_0>>,
                                  group_kernel<Q8_0>,
                                  group_kernel<QK_4_5<false>>,
                                  group_kernel<QK_4_5<true>>,
-                                 group_kernel<Q6_K>};
+                                 group_kernel<Q6_K>,
+                                 group_kernel<Block32<group_q4_1>>,
+                                 group_kernel<Block32<group_q5_0>>,
+                                 group_kernel<Block32<group_q5_1>>,
+                                 group_kernel<Block32<group_iq4_nl>>,
+                                 group_kernel<QK_2_3<true>>,
+                                 group_kernel<QK_2_3<false>>,
+                                 group_kernel<IQ4_XS>};
     return &kernels;
 }
 

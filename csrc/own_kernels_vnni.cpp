@@ -8,12 +8,7 @@
 
 namespace river::own {
 const Kernels * vnni_kernels() {
-    static const Kernels kernels{"avx512vnni",
-                                 group_kernel<Q4_0>,
-                                 group_kernel<Q8_0>,
-                                 group_kernel<QK_4_5<false>>,
-                                 group_kernel<QK_4_5<true>>,
-                                 group_kernel<Q6_K>};
+    static constexpr Kernels kernels = x86_kernels("avx512vnni");
     return &kernels;
 }
 }  // namespace river::own

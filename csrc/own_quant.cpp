@@ -17,6 +17,15 @@ const TypeLayout k_layouts[] = {
     {GGML_TYPE_Q4_K, 256, 144, group_q4_K::bytes, ActFormat::q8_256},
     {GGML_TYPE_Q5_K, 256, 176, group_q5_K::bytes, ActFormat::q8_256},
     {GGML_TYPE_Q6_K, 256, 210, group_q6_K::bytes, ActFormat::q8_256},
+    // Q4_1 = 2 f16 + 16, Q5_0 = f16 + 4 + 16, Q5_1 = 2 f16 + 4 + 16, IQ4_NL = f16 + 16
+    {GGML_TYPE_Q4_1, 32, 20, group_q4_1::bytes, ActFormat::q8_32},
+    {GGML_TYPE_Q5_0, 32, 22, group_q5_0::bytes, ActFormat::q8_32},
+    {GGML_TYPE_Q5_1, 32, 24, group_q5_1::bytes, ActFormat::q8_32},
+    {GGML_TYPE_IQ4_NL, 32, 18, group_iq4_nl::bytes, ActFormat::q8_32},
+    // Q3_K = 32 + 64 + 12 + f16 d, Q2_K = 16 + 64 + 2 f16, IQ4_XS = f16 d + 2 + 4 + 128
+    {GGML_TYPE_Q3_K, 256, 110, group_q3_K::bytes, ActFormat::q8_256},
+    {GGML_TYPE_Q2_K, 256, 84, group_q2_K::bytes, ActFormat::q8_256},
+    {GGML_TYPE_IQ4_XS, 256, 136, group_iq4_xs::bytes, ActFormat::q8_256},
 };
 
 inline uint8_t & slot_byte(uint8_t * base, int64_t slot, int64_t r, int64_t b) {
@@ -81,15 +90,115 @@ void put_scales_k(uint8_t * group, size_t scales, size_t mins, int64_t r, const 
     }
 }
 
+// Row r of a Group32 type's block: GGUF's d | m (with a min) | qh[4] (with a fifth bit) | qs[16].
+template <typename Group>
+void pack_row_32(const uint8_t * src, uint8_t * group, int64_t r) {
+    put_f16(group + Group::d, r, src);
+    src += 2;
+    if constexpr (Group::has_min) {
+        put_f16(group + Group::m, r, src);
+        src += 2;
+    }
+    if constexpr (Group::fifth_bit) {
+        // GGUF's qh: a little-endian 32-bit word whose bit i is value i's fifth bit
+        const uint32_t qh = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
+        for (int64_t b = 0; b < 4; ++b) {
+            uint8_t bits = 0;
+            for (int64_t g = 0; g < 4; ++g) {
+                bits |= ((qh >> (4 * g + b)) & 1) << g;
+                bits |= ((qh >> (16 + 4 * g + b)) & 1) << (4 + g);
+            }
+            slot_byte(group + Group::qh, 0, r, b) = bits;
+        }
+        src += 4;
+    }
+    for (int64_t l = 0; l < 16; ++l) {   // byte l: value l in its low nibble, 16 + l in its high
+        slot_byte(group + Group::qs, l / 4, r, l % 4) = src[l];
+    }
+}
+
+// ---- packing of the 256-value types of few bits: Q3_K, Q2_K, IQ4_XS ----
+
+// Value i (0..255) of a Q2_K / Q3_K block's qs[64]: 2 bits of byte 32 (i / 128) + i % 32,
+// the pair (i % 128) / 32.
+inline uint8_t low2_k(const uint8_t * qs, int64_t i) {
+    return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+}
+
+// Row r's low 2 bits of each value v[i] into a row group block's qs slots (group_q2_K).
+void put_low2_k(uint8_t * qs, int64_t r, const uint8_t * v) {
+    for (int64_t s = 0; s < 16; ++s) {
+        for (int64_t b = 0; b < 4; ++b) {
+            uint8_t bits = 0;
+            for (int64_t k = 0; k < 4; ++k) {
+                bits |= (v[16 * s + 4 * k + b] & 3) << (2 * k);
+            }
+            slot_byte(qs, s, r, b) = bits;
+        }
+    }
+}
+
+void pack_q2_K_row(const uint8_t * src, uint8_t * group, int64_t r) {   // scales[16] | qs[64] | d | dmin
+    uint8_t v[256];
+    for (int64_t i = 0; i < 256; ++i) {
+        v[i] = low2_k(src + 16, i);
+    }
+    put_low2_k(group + group_q2_K::qs, r, v);
+    for (int64_t s = 0; s < 16; ++s) {
+        group[group_q2_K::scales + s * 8 + r] = src[s];
+    }
+    put_f16(group + group_q2_K::d, r, src + 80);
+    put_f16(group + group_q2_K::dmin, r, src + 82);
+}
+
+void pack_q3_K_row(const uint8_t * src, uint8_t * group, int64_t r) {   // hmask[32] | qs[64] | scales[12] | d
+    uint8_t v[256];
+    for (int64_t i = 0; i < 256; ++i) {
+        // the third bit: bit i / 32 of hmask[i % 32]
+        v[i] = low2_k(src + 32, i) | (((src[i % 32] >> (i / 32)) & 1) << 2);
+    }
+    put_low2_k(group + group_q3_K::qs, r, v);
+    for (int64_t h = 0; h < 8; ++h) {
+        for (int64_t b = 0; b < 4; ++b) {
+            uint8_t bits = 0;
+            for (int64_t k = 0; k < 8; ++k) {
+                bits |= (v[16 * (2 * h + k / 4) + 4 * (k % 4) + b] >> 2) << k;
+            }
+            slot_byte(group + group_q3_K::hmask, h, r, b) = bits;
+        }
+    }
+    // 16 scales of 6 bits: the low 4 in the nibbles of bytes 0..7 (sub-block s and s + 8),
+    // the top 2 in bits 2(s / 4) of byte 8 + s % 4
+    const uint8_t * sc = src + 96;
+    for (int64_t s = 0; s < 16; ++s) {
+        const int low = (s < 8 ? sc[s] : sc[s - 8] >> 4) & 0xF;
+        const int high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        group[group_q3_K::scales + s * 8 + r] = static_cast<uint8_t>(static_cast<int8_t>((low | (high << 4)) - 32));
+    }
+    put_f16(group + group_q3_K::d, r, src + 108);
+}
+
+void pack_iq4_xs_row(const uint8_t * src, uint8_t * group, int64_t r) {   // d | scales_h | scales_l[4] | qs[128]
+    put_f16(group + group_iq4_xs::d, r, src);
+    const int scales_h = src[2] | (src[3] << 8);
+    for (int64_t j = 0; j < 8; ++j) {
+        const int low = (src[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+        const int high = (scales_h >> (2 * j)) & 3;
+        group[group_iq4_xs::scales + j * 8 + r] = static_cast<uint8_t>(static_cast<int8_t>((low | (high << 4)) - 32));
+    }
+    // sub-block j's 32 indices: the low nibbles of qs[16j ..], then the high ones
+    uint8_t v[256];
+    for (int64_t i = 0; i < 256; ++i) {
+        const uint8_t byte = src[8 + 16 * (i / 32) + i % 16];
+        v[i] = (i % 32) < 16 ? byte & 0xF : byte >> 4;
+    }
+    put_nibbles_k(group + group_iq4_xs::qs, r, v);
+}
+
 void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
     uint8_t v[256];
     switch (type) {
-        case GGML_TYPE_Q4_0:   // d | qs[16]
-            put_f16(group + group_q4_0::d, r, src);
-            for (int64_t l = 0; l < 16; ++l) {
-                slot_byte(group + group_q4_0::qs, l / 4, r, l % 4) = src[2 + l];
-            }
-            break;
+        case GGML_TYPE_Q4_0: pack_row_32<group_q4_0>(src, group, r); break;
         case GGML_TYPE_Q8_0:   // d | qs[32]
             put_f16(group + group_q8_0::d, r, src);
             for (int64_t l = 0; l < 32; ++l) {
@@ -163,6 +272,13 @@ void pack_row(ggml_type type, const uint8_t * src, uint8_t * group, int64_t r) {
             put_f16(group + group_q6_K::d, r, src + 208);
             break;
         }
+        case GGML_TYPE_Q4_1: pack_row_32<group_q4_1>(src, group, r); break;
+        case GGML_TYPE_Q5_0: pack_row_32<group_q5_0>(src, group, r); break;
+        case GGML_TYPE_Q5_1: pack_row_32<group_q5_1>(src, group, r); break;
+        case GGML_TYPE_IQ4_NL: pack_row_32<group_iq4_nl>(src, group, r); break;
+        case GGML_TYPE_Q3_K: pack_q3_K_row(src, group, r); break;
+        case GGML_TYPE_Q2_K: pack_q2_K_row(src, group, r); break;
+        case GGML_TYPE_IQ4_XS: pack_iq4_xs_row(src, group, r); break;
         default: break;
     }
 }
@@ -192,10 +308,6 @@ const int8_t * column_values(const uint8_t * x) {
 }
 
 // Value i of row r of a row group block.
-int32_t q4_0_value(const uint8_t * w, int64_t r, int64_t i) {
-    const uint8_t byte = slot_byte(w + group_q4_0::qs, (i % 16) / 4, r, i % 4);
-    return i < 16 ? byte & 0xF : byte >> 4;
-}
 int32_t q8_0_value(const uint8_t * w, int64_t r, int64_t i) {
     return static_cast<int8_t>(slot_byte(w + group_q8_0::qs, i / 4, r, i % 4));
 }
@@ -216,6 +328,16 @@ int32_t q6_K_value(const uint8_t * w, int64_t r, int64_t i) {
     return ((g < 32 ? low & 0xF : low >> 4)) | (((top >> (2 * (g / 16))) & 3) << 4);
 }
 
+// Values [first, first + n) of row r times the column's same values
+template <typename Value>
+int32_t dot_of(const uint8_t * w, const uint8_t * x, int64_t r, int64_t first, int64_t n, Value value) {
+    int32_t dot = 0;
+    for (int64_t i = first; i < first + n; ++i) {
+        dot += value(w, r, i) * column_values(x)[i];
+    }
+    return dot;
+}
+
 template <typename Element>
 void reference_group(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                      int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride, size_t block_bytes,
@@ -234,28 +356,11 @@ void reference_group(const uint8_t * groups, size_t group_stride, int n_groups, 
     }
 }
 
-void reference_q4_0(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
-                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
-    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
-                    group_q4_0::bytes, k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        int32_t isum = 0;
-                        for (int64_t i = 0; i < 32; ++i) {
-                            isum += q4_0_value(w, r, i) * column_values(x)[i];
-                        }
-                        isum -= 8 * column_sum(x, k_act32_sum);
-                        const float scale = f16(w + group_q4_0::d + 2 * r) * column_scale(x, k_act32_d);
-                        return std::fmaf(scale, static_cast<float>(isum), acc);
-                    });
-}
-
 void reference_q8_0(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                     int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
     reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
                     group_q8_0::bytes, k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        int32_t isum = 0;
-                        for (int64_t i = 0; i < 32; ++i) {
-                            isum += q8_0_value(w, r, i) * column_values(x)[i];
-                        }
+                        const int32_t isum = dot_of(w, x, r, 0, 32, q8_0_value);
                         const float scale = f16(w + group_q8_0::d + 2 * r) * column_scale(x, k_act32_d);
                         return std::fmaf(scale, static_cast<float>(isum), acc);
                     });
@@ -267,11 +372,7 @@ float k_quant_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc
                       size_t dmin, Value value) {
     int32_t isum = 0, msum = 0;
     for (int64_t j = 0; j < 8; ++j) {
-        int32_t dot = 0;
-        for (int64_t i = 32 * j; i < 32 * j + 32; ++i) {
-            dot += value(w, r, i) * column_values(x)[i];
-        }
-        isum += dot * w[scales + j * 8 + r];
+        isum += dot_of(w, x, r, 32 * j, 32, value) * w[scales + j * 8 + r];
         msum += w[mins + group_q4_K::min_at(j, r)] * column_sum16(x, k_act256_sum32 + 2 * j);
     }
     const float dx = column_scale(x, k_act256_d);
@@ -298,23 +399,123 @@ void reference_q5_K(const uint8_t * groups, size_t group_stride, int n_groups, c
                     });
 }
 
+// Q6_K, Q3_K and IQ4_XS: the sum over sub-blocks of Sub values of a signed scale x (dot -
+// Offset x the column's sum of them), then fmaf(d x dx, isum, acc). The column holds 32 x
+// its sums of 16, so Offset x a sum is that / (32 / Offset): exact for Offset 32 and 4.
+template <int64_t Sub, int32_t Offset, typename Value>
+float signed_scales_element(const uint8_t * w, const uint8_t * x, int64_t r, float acc, size_t scales, size_t d,
+                            Value value) {
+    static_assert(Offset == 0 || (Sub == 16 && 32 % Offset == 0), "the column has 32 x its sums of 16");
+    int32_t isum = 0;
+    for (int64_t s = 0; s < 256 / Sub; ++s) {
+        int32_t dot = dot_of(w, x, r, Sub * s, Sub, value);
+        if constexpr (Offset != 0) {
+            dot -= column_sum(x, k_act256_sum16x32 + 4 * s) / (32 / Offset);
+        }
+        isum += dot * static_cast<int8_t>(w[scales + s * 8 + r]);
+    }
+    const float scale = f16(w + d + 2 * r) * column_scale(x, k_act256_d);
+    return std::fmaf(scale, static_cast<float>(isum), acc);
+}
+
 void reference_q6_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
                     int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
     reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
                     group_q6_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
-                        // sum over sub-blocks of 16 of scale x (dot - 32 x column sum)
-                        int32_t isum = 0;
-                        for (int64_t s = 0; s < 16; ++s) {
-                            int32_t dot = 0;
-                            for (int64_t i = 16 * s; i < 16 * s + 16; ++i) {
-                                dot += q6_K_value(w, r, i) * column_values(x)[i];
-                            }
-                            dot -= column_sum(x, k_act256_sum16x32 + 4 * s);
-                            isum += dot * static_cast<int8_t>(w[group_q6_K::scales + s * 8 + r]);
-                        }
-                        const float scale = f16(w + group_q6_K::d + 2 * r) * column_scale(x, k_act256_d);
-                        return std::fmaf(scale, static_cast<float>(isum), acc);
+                        return signed_scales_element<16, 32>(w, x, r, acc, group_q6_K::scales, group_q6_K::d,
+                                                             q6_K_value);
                     });
+}
+
+// The Group32 types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): value i of row r, before the offset
+template <typename Group>
+int32_t value_32(const uint8_t * w, int64_t r, int64_t i) {
+    const int64_t g = (i % 16) / 4, high = i >= 16;
+    const uint8_t byte = slot_byte(w + Group::qs, g, r, i % 4);
+    int32_t v = high ? byte >> 4 : byte & 0xF;
+    if constexpr (Group::fifth_bit) {
+        v |= ((slot_byte(w + Group::qh, 0, r, i % 4) >> (4 * high + g)) & 1) << 4;
+    }
+    if constexpr (Group::table) {
+        v = k_iq4_values[v];
+    }
+    return v;
+}
+
+// The element of a Group32 type: isum = values . column - offset x column sum, exact; then
+// acc = fmaf(d x dx, isum, acc) and, with a min, acc = fmaf(m x dx, column sum, acc): the
+// scale's term first, then the min's, in every kernel.
+template <typename Group>
+void reference_32(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                  int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride, Group::bytes,
+                    k_act32_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        const int32_t sum = column_sum(x, k_act32_sum);
+                        const int32_t isum = dot_of(w, x, r, 0, 32, value_32<Group>) - Group::offset * sum;
+                        const float dx = column_scale(x, k_act32_d);
+                        acc = std::fmaf(f16(w + Group::d + 2 * r) * dx, static_cast<float>(isum), acc);
+                        if constexpr (Group::has_min) {
+                            acc = std::fmaf(f16(w + Group::m + 2 * r) * dx, static_cast<float>(sum), acc);
+                        }
+                        return acc;
+                    });
+}
+
+// ---- the reference of Q3_K, Q2_K and IQ4_XS ----
+
+// The low 2 bits of value i of row r in Q2_K's (and Q3_K's) qs slots
+int32_t low2_value(const uint8_t * qs, int64_t r, int64_t i) {
+    return (slot_byte(qs, i / 16, r, i % 4) >> (2 * ((i % 16) / 4))) & 3;
+}
+int32_t q3_K_value(const uint8_t * w, int64_t r, int64_t i) {   // 0..7: the value + 4
+    const int64_t s = i / 16, k = (i % 16) / 4;
+    const uint8_t bits = slot_byte(w + group_q3_K::hmask, s / 2, r, i % 4);
+    return low2_value(w + group_q3_K::qs, r, i) | (((bits >> (4 * (s % 2) + k)) & 1) << 2);
+}
+int32_t iq4_xs_value(const uint8_t * w, int64_t r, int64_t i) {
+    return k_iq4_values[k_nibble(w + group_iq4_xs::qs, r, i)];
+}
+
+void reference_q3_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q3_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        // the values + 4, less 4 x the column's sums; |isum| <= 16 x 32 x 16 x 4 x 127
+                        return signed_scales_element<16, 4>(w, x, r, acc, group_q3_K::scales, group_q3_K::d,
+                                                            q3_K_value);
+                    });
+}
+
+void reference_q2_K(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                    int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride,
+                    group_q2_K::bytes, k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+                        // sum over sub-blocks of 16 of scale x dot, minus sum of min x column sum, as Q4_K
+                        // (the column sum: (32 x column sum) / 32)
+                        int32_t isum = 0, msum = 0;
+                        for (int64_t s = 0; s < 16; ++s) {
+                            const uint8_t scale_min = w[group_q2_K::scales + s * 8 + r];
+                            const int32_t dot =
+                                dot_of(w, x, r, 16 * s, 16, [](const uint8_t * w, int64_t r, int64_t i) {
+                                    return low2_value(w + group_q2_K::qs, r, i);
+                                });
+                            isum += dot * (scale_min & 0xF);
+                            msum += (scale_min >> 4) * (column_sum(x, k_act256_sum16x32 + 4 * s) / 32);
+                        }
+                        const float dx = column_scale(x, k_act256_d);
+                        acc = std::fmaf(f16(w + group_q2_K::d + 2 * r) * dx, static_cast<float>(isum), acc);
+                        return std::fmaf(-(f16(w + group_q2_K::dmin + 2 * r) * dx), static_cast<float>(msum), acc);
+                    });
+}
+
+void reference_iq4_xs(const uint8_t * groups, size_t group_stride, int n_groups, const uint8_t * cols, size_t col_bytes,
+                      int64_t n_blocks, int64_t n_cols, float * out, size_t out_stride) {
+    reference_group(
+        groups, group_stride, n_groups, cols, col_bytes, n_blocks, n_cols, out, out_stride, group_iq4_xs::bytes,
+        k_act256_bytes, [](const uint8_t * w, const uint8_t * x, int64_t r, float acc) {
+            // |isum| <= 8 x 32 x 32 x 127 x 127 < 2^31
+            return signed_scales_element<32, 0>(w, x, r, acc, group_iq4_xs::scales, group_iq4_xs::d, iq4_xs_value);
+        });
 }
 
 // Rounds to the nearest integer, ties to even, for |v| < 2^22: adding 1.5 x 2^23 leaves
@@ -418,13 +619,31 @@ GroupKernel Kernels::of(ggml_type type) const {
         case GGML_TYPE_Q4_K: return q4_K;
         case GGML_TYPE_Q5_K: return q5_K;
         case GGML_TYPE_Q6_K: return q6_K;
+        case GGML_TYPE_Q4_1: return q4_1;
+        case GGML_TYPE_Q5_0: return q5_0;
+        case GGML_TYPE_Q5_1: return q5_1;
+        case GGML_TYPE_IQ4_NL: return iq4_nl;
+        case GGML_TYPE_Q3_K: return q3_K;
+        case GGML_TYPE_Q2_K: return q2_K;
+        case GGML_TYPE_IQ4_XS: return iq4_xs;
         default: return nullptr;
     }
 }
 
 const Kernels & reference_kernels() {
-    static const Kernels kernels{"reference",    reference_q4_0, reference_q8_0,
-                                 reference_q4_K, reference_q5_K, reference_q6_K};
+    static const Kernels kernels{"reference",
+                                 reference_32<group_q4_0>,
+                                 reference_q8_0,
+                                 reference_q4_K,
+                                 reference_q5_K,
+                                 reference_q6_K,
+                                 reference_32<group_q4_1>,
+                                 reference_32<group_q5_0>,
+                                 reference_32<group_q5_1>,
+                                 reference_32<group_iq4_nl>,
+                                 reference_q3_K,
+                                 reference_q2_K,
+                                 reference_iq4_xs};
     return kernels;
 }
 

@@ -89,7 +89,13 @@ MATRIX_TYPES = {
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
     "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    # types gguf-py cannot quantize: ggml quantizes them (_core.quantize_rows); their
+    # blocks hold 256 values, so every matrix needs rows of a multiple of 256
+    "q3_K": (gguf.GGMLQuantizationType.Q3_K, gguf.LlamaFileType.MOSTLY_Q3_K_M),
+    "q2_K": (gguf.GGMLQuantizationType.Q2_K, gguf.LlamaFileType.MOSTLY_Q2_K),
+    "iq4_xs": (gguf.GGMLQuantizationType.IQ4_XS, gguf.LlamaFileType.MOSTLY_IQ4_XS),
 }
+GGML_QUANTIZED = {"q3_K", "q2_K", "iq4_xs"}
 
 # Standard deviations of the random weights, chosen by measurement. Large embeddings
 # (and head) spread logits over many units (std ~16 tied, ~8 untied), so the top-1
@@ -243,6 +249,12 @@ def _llama_tensors(
 
 
 def _add_tensor(writer: gguf.GGUFWriter, name: str, values: np.ndarray, dtype: str) -> None:
+    if values.ndim >= 2 and dtype in GGML_QUANTIZED:
+        qtype = MATRIX_TYPES[dtype][0]
+        rows = _core.quantize_rows(dtype, values.reshape(-1, values.shape[-1]))
+        shape = gguf.quants.quant_shape_to_byte_shape(values.shape, qtype)
+        writer.add_tensor(name, rows.reshape(shape), raw_dtype=qtype)
+        return
     qtype = MATRIX_TYPES[dtype][0] if values.ndim >= 2 else gguf.GGMLQuantizationType.F32
     writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
 

@@ -1,16 +1,19 @@
 """Which weight types our own matrix products multiply here, and on which kernels.
 
-Our own products (csrc/own_*) pack Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices once at
-load into a layout of their own and compute every column with the same arithmetic
-whatever the batch: a verify's rows equal plain steps bit for bit, and a prompt runs on
-the same kernels. They replace ggml's kernels (and CPU_REPACK) for those types in the
-graph backbone; other types, devices and the llama.cpp backbone keep ggml's.
+Our own products (csrc/own_*) pack Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices, those of
+the other 32-value block types Q4_1, Q5_0, Q5_1 and IQ4_NL, and those of the 256-value
+types of few bits Q3_K, Q2_K and IQ4_XS, once at load into a layout of their own and
+compute every column with the same arithmetic whatever the batch: a verify's rows equal
+plain steps bit for bit, and a prompt runs on the same kernels. They replace ggml's
+kernels (and CPU_REPACK) for those types in the graph backbone; other types, devices and
+the llama.cpp backbone keep ggml's.
 
 Kernels are chosen by the CPU's features (AVX-512 VNNI, AVX2, NEON dot products, or the
 scalar reference). Before they are used on a host, a short-lived child process
 multiplies random matrices of every covered type by them and by ggml's plain kernels,
 and this process compares the two (extra_bufts' probe machinery: a crash, a timeout or
-a wrong result keeps ggml's kernels). The verdict is cached per host.
+a wrong result keeps ggml's kernels). The verdict is cached per host and set of covered
+types (so that a type added later is probed before it is used).
 
 ``RIVER_CPP_OWN_PRODUCTS`` overrides: ``auto`` (default: the fastest kernels here, once
 the probe passed), ``none`` (ggml's kernels), or a kernels name (``avx512vnni``,
@@ -33,8 +36,21 @@ from river_cpp.engine.extra_bufts import Verdict, cache_key, cached_probe
 
 ENV = "RIVER_CPP_OWN_PRODUCTS"
 # The weight types our products cover, as ggml names them.
-COVERED = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K")
-BLOCK_VALUES = {"q4_0": 32, "q8_0": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256}
+COVERED = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K", "q4_1", "q5_0", "q5_1", "iq4_nl", "q3_K", "q2_K", "iq4_xs")
+BLOCK_VALUES = {
+    "q4_0": 32,
+    "q8_0": 32,
+    "q4_K": 256,
+    "q5_K": 256,
+    "q6_K": 256,
+    "q4_1": 32,
+    "q5_0": 32,
+    "q5_1": 32,
+    "iq4_nl": 32,
+    "q3_K": 256,
+    "q2_K": 256,
+    "iq4_xs": 256,
+}
 # Two row groups and a part one (odd rows), two K-quant blocks; one column and a batch.
 PROBE_N_OUT, PROBE_N_IN, PROBE_BATCHES = 21, 512, (1, 17)
 CACHE_FOLDER = "own_products"
@@ -83,7 +99,8 @@ def own_products(mode: Optional[str] = None, *, reprobe: bool = False) -> OwnPro
             raise ValueError(f"no own kernels {mode!r} on this CPU (it runs: {', '.join(_core.own_kernels())})")
         return OwnProducts(mode, mode, COVERED, f"{ENV}={mode}, unprobed")
     kernels = _core.own_kernels()[0]
-    key = {**cache_key(), "probe": "own_products", "kernels": kernels}
+    # a verdict holds for the types that were probed: a build that covers more probes again
+    key = {**cache_key(), "probe": "own_products", "kernels": kernels, "types": ",".join(COVERED)}
     verdict: Verdict = cached_probe([kernels], key, reprobe=reprobe, command=_child_command, folder=CACHE_FOLDER)[
         kernels
     ]

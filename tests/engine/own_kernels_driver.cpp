@@ -1,13 +1,18 @@
-// The aarch64 side of test_own_kernels_neon.py, built with a cross compiler and run under
-// qemu: our own products (csrc/own_quant.h) by the reference and by the NEON kernels,
-// written out for the test to compare. Judges nothing itself.
+// Our own products (csrc/own_quant.h) by the reference and by one kernels set, written out
+// for a test to compare (tests/own_kernels_check.py): built with a cross compiler and run
+// under qemu for the NEON kernels (test_own_kernels_neon.py), natively with vpdpbusd and
+// vpdpwssd emulated for the AVX-512 VNNI ones (test_own_kernels_vnni_emulated.py). Judges
+// nothing itself.
 //
 //   own_kernels_driver kernels
 //     prints the kernels this CPU runs (own::kernels_here), one a line
-//   own_kernels_driver products TYPE N_IN ROWS COLUMNS OUT ROW_COUNTS COLUMN_COUNTS
-//     ROWS: rows of TYPE (q4_0, q8_0, q4_k, q5_k, q6_k) in GGUF's layout, N_IN values each;
-//     COLUMNS: float32 columns of N_IN values; ROW_COUNTS, COLUMN_COUNTS: comma lists.
-//     OUT, float32: for each row count R, for each of reference and neon, the first R rows
+//   own_kernels_driver products KERNELS TYPE N_IN ROWS COLUMNS OUT ROW_COUNTS COLUMN_COUNTS
+//     KERNELS: the kernels set (neon, avx512vnni, avx2), whether or not this CPU's
+//     features offer it (the emulated VNNI kernels run on any AVX2 CPU);
+//     ROWS: rows of TYPE (q4_0, q8_0, q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, iq4_nl, q3_k,
+//     q2_k, iq4_xs) in GGUF's layout, N_IN values each; COLUMNS: float32 columns of N_IN
+//     values; ROW_COUNTS, COLUMN_COUNTS: comma lists.
+//     OUT, float32: for each row count R, for each of reference and KERNELS, the first R rows
 //     times each column alone (one column and one row group a kernel call, all the
 //     columns), then times the first N columns for each column count N (N columns and two
 //     row groups a call where there are two); each product [column][row].
@@ -44,17 +49,28 @@ std::vector<int64_t> counts_of(const std::string & list) {
 }
 
 ggml_type type_named(const std::string & name) {
-    const std::pair<const char *, ggml_type> types[] = {{"q4_0", GGML_TYPE_Q4_0},
-                                                        {"q8_0", GGML_TYPE_Q8_0},
-                                                        {"q4_k", GGML_TYPE_Q4_K},
-                                                        {"q5_k", GGML_TYPE_Q5_K},
-                                                        {"q6_k", GGML_TYPE_Q6_K}};
+    const std::pair<const char *, ggml_type> types[] = {
+        {"q4_0", GGML_TYPE_Q4_0},     {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K},
+        {"q6_k", GGML_TYPE_Q6_K},     {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
+        {"iq4_nl", GGML_TYPE_IQ4_NL}, {"q3_k", GGML_TYPE_Q3_K}, {"q2_k", GGML_TYPE_Q2_K}, {"iq4_xs", GGML_TYPE_IQ4_XS}};
     for (const auto & [known, type] : types) {
         if (name == known) {
             return type;
         }
     }
     throw std::runtime_error("no own product for type " + name);
+}
+
+// The kernels called `name` among this build's tables, whether this CPU's features offer
+// them or not (own::kernels_named would refuse the emulated VNNI kernels)
+const own::Kernels & kernels_called(const std::string & name) {
+    for (const own::Kernels * kernels :
+         {own::vnni_kernels(), own::avx2_kernels(), own::neon_kernels(), &own::reference_kernels()}) {
+        if (kernels && name == kernels->name) {
+            return *kernels;
+        }
+    }
+    throw std::runtime_error("this build has no own kernels " + name);
 }
 
 // rows x n_cols columns (quantized, col_bytes apart): [column][row]. In pairs of whole
@@ -88,10 +104,10 @@ std::vector<float> product(const own::TypeLayout & layout, own::GroupKernel kern
 }
 
 void write_products(char ** argv) {
-    const own::TypeLayout & layout = *own::layout_of(type_named(argv[2]));
-    const int64_t n_in = std::stoll(argv[3]);
-    const std::vector<uint8_t> rows = read_file(argv[4]);
-    const std::vector<uint8_t> values = read_file(argv[5]);
+    const own::TypeLayout & layout = *own::layout_of(type_named(argv[3]));
+    const int64_t n_in = std::stoll(argv[4]);
+    const std::vector<uint8_t> rows = read_file(argv[5]);
+    const std::vector<uint8_t> values = read_file(argv[6]);
     const size_t row_bytes = static_cast<size_t>(n_in / layout.block) * layout.ggml_block_bytes;
     const auto n_cols = static_cast<int64_t>(values.size() / (sizeof(float) * static_cast<size_t>(n_in)));
     const size_t col_bytes = own::act_column_bytes(layout.act, n_in);
@@ -100,22 +116,25 @@ void write_products(char ** argv) {
         own::quantize_column(layout.act, reinterpret_cast<const float *>(values.data()) + c * n_in, n_in,
                              cols.data() + c * col_bytes);
     }
-    std::ofstream out(argv[6], std::ios::binary);
+    std::ofstream out(argv[7], std::ios::binary);
     const auto write = [&out](const std::vector<float> & v) {
         out.write(reinterpret_cast<const char *>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
     };
-    for (const int64_t n_rows : counts_of(argv[7])) {
+    for (const int64_t n_rows : counts_of(argv[8])) {
         if (static_cast<size_t>(n_rows) * row_bytes > rows.size()) {
             throw std::runtime_error("the rows file holds fewer than " + std::to_string(n_rows) + " rows");
         }
         std::vector<uint8_t> packed(own::packed_size(layout, n_in, n_rows));
         own::pack(layout, rows.data(), row_bytes, n_in, n_rows, packed.data());
-        for (const char * name : {"reference", "neon"}) {
-            const own::GroupKernel kernel = own::kernels_named(name).of(layout.type);
+        for (const std::string & name : {std::string("reference"), std::string(argv[2])}) {
+            const own::GroupKernel kernel = kernels_called(name).of(layout.type);
+            if (!kernel) {
+                throw std::runtime_error("the kernels " + name + " have none for type " + argv[3]);
+            }
             for (int64_t c = 0; c < n_cols; ++c) {
                 write(product(layout, kernel, packed, n_in, n_rows, cols.data() + c * col_bytes, col_bytes, 1, false));
             }
-            for (const int64_t n : counts_of(argv[8])) {
+            for (const int64_t n : counts_of(argv[9])) {
                 if (n > n_cols) {
                     throw std::runtime_error("the columns file holds fewer than " + std::to_string(n) + " columns");
                 }
@@ -124,7 +143,7 @@ void write_products(char ** argv) {
         }
     }
     if (!out) {
-        throw std::runtime_error(std::string("cannot write ") + argv[6]);
+        throw std::runtime_error(std::string("cannot write ") + argv[7]);
     }
 }
 
@@ -139,11 +158,12 @@ int main(int argc, char ** argv) {
             }
             return 0;
         }
-        if (mode == "products" && argc == 9) {
+        if (mode == "products" && argc == 10) {
             write_products(argv);
             return 0;
         }
-        std::fprintf(stderr, "usage: %s kernels | products TYPE N_IN ROWS COLUMNS OUT ROW_COUNTS COLUMN_COUNTS\n",
+        std::fprintf(stderr,
+                     "usage: %s kernels | products KERNELS TYPE N_IN ROWS COLUMNS OUT ROW_COUNTS COLUMN_COUNTS\n",
                      argv[0]);
     } catch (const std::exception & e) {
         std::fprintf(stderr, "%s\n", e.what());

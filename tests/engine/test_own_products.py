@@ -20,6 +20,13 @@ GGUF_TYPES = {
     "q4_K": gguf.GGMLQuantizationType.Q4_K,
     "q5_K": gguf.GGMLQuantizationType.Q5_K,
     "q6_K": gguf.GGMLQuantizationType.Q6_K,
+    "q4_1": gguf.GGMLQuantizationType.Q4_1,
+    "q5_0": gguf.GGMLQuantizationType.Q5_0,
+    "q5_1": gguf.GGMLQuantizationType.Q5_1,
+    "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL,
+    "q3_K": gguf.GGMLQuantizationType.Q3_K,
+    "q2_K": gguf.GGMLQuantizationType.Q2_K,
+    "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
 }
 BLOCK = op.BLOCK_VALUES
 KERNELS = _core.own_kernels()
@@ -95,8 +102,9 @@ def test_the_product_is_the_matrix_product(type_name):
 
 
 def test_an_uncovered_type_or_unknown_kernels_are_refused():
+    # TQ2_0: ternary weights, which our products do not multiply
     with pytest.raises(Exception, match="do not cover"):
-        _core.row_products("q5_0", matrix("q5_0", 8, 64), 8, 64, columns(1, 64), own="reference")
+        _core.row_products("tq2_0", matrix("tq2_0", 8, 256), 8, 256, columns(1, 256), own="reference")
     with pytest.raises(Exception, match="no own kernels 'sse9'"):
         own("q4_0", matrix("q4_0", 8, 64), 8, 64, columns(1, 64), kernels="sse9")
 
@@ -125,6 +133,7 @@ def test_a_failed_probe_keeps_ggmls_kernels(monkeypatch):
     assert products.types == () and products.kernels == ""
     assert "crashed (SIGILL)" in products.reason
     assert seen["folder"] == op.CACHE_FOLDER and seen["key"]["kernels"] == FASTEST
+    assert seen["key"]["types"] == ",".join(op.COVERED)  # a verdict on fewer types is not reused
 
 
 def test_a_passed_probe_gives_every_covered_type(monkeypatch):
@@ -160,6 +169,45 @@ def test_a_releases_verify_rows_equal_plain_steps_with_ggmls_exact_op_off(qwen05
     engine.rewind(30)
     verify = engine.forward(ids[30:39], False)
     assert np.array_equal(verify, np.stack(steps))
+
+
+@pytest.mark.parametrize("type_name", ["q3_K", "q2_K", "iq4_xs"])
+def test_a_models_verify_rows_equal_plain_steps_on_the_few_bit_types(make_tiny_gguf, type_name):
+    """A tiny model whose every matrix is Q3_K, Q2_K or IQ4_XS (rows of 256 and 512, the
+    tied embedding as the head): all of them take our products, and a k-row forward's
+    rows equal one-token steps bit for bit."""
+    path = make_tiny_gguf(f"tiny_{type_name}", dtype=type_name, n_embd=256, n_ff=512, seed=4)
+    engine = _core.Engine(str(path), 512, 512, 2, own_types=list(op.COVERED), own_kernels=FASTEST)
+    ids = list(range(1000, 1040))
+    engine.forward(ids[:30], True)
+    # 2 layers of 7 matrices and the head
+    assert engine.own_products == {type_name: 15}
+    steps = [engine.forward([t], True)[0] for t in ids[30:39]]
+    engine.rewind(30)
+    verify = engine.forward(ids[30:39], False)
+    assert np.array_equal(verify, np.stack(steps))
+
+
+@pytest.mark.real_model
+def test_a_release_leaves_no_matrix_of_a_covered_type_to_ggml(qwen05_release):
+    """Every matrix of a covered type in the release is packed for our products, its
+    Q5_0 matrices (rows of 896 values: no whole K-quant block) among them, as
+    model_products reads from the header."""
+    from river_cpp.engine.gguf_info import GgufInfo
+
+    engine = _core.Engine(str(qwen05_release), 256, 256, 2, own_types=list(op.COVERED), own_kernels=FASTEST)
+    engine.forward([1000, 1001], True)  # places the model on the CPU: the matrices are packed
+    info = GgufInfo.read(qwen05_release)
+    tied = info.tensor("output.weight") is None  # the token embedding is then the LM head
+    expected: dict[str, int] = {}
+    for tensor in info.tensors:
+        multiplied = tensor.name.endswith(".weight") and len(tensor.shape) == 2
+        if multiplied and tensor.type in op.COVERED and (tied or tensor.name != "token_embd.weight"):
+            expected[tensor.type] = expected.get(tensor.type, 0) + 1
+    assert expected.get("q5_0", 0) > 0, "the release has no Q5_0 matrix: the test would prove nothing"
+    assert engine.own_products == expected
+    read = op.model_products(qwen05_release, op.OwnProducts("auto", FASTEST, op.COVERED, "test"))
+    assert {t: p["matrices"] for t, p in read.items() if p["product"] != "ggml"} == expected
 
 
 @pytest.mark.real_model
