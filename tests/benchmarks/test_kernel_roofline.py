@@ -72,8 +72,8 @@ def test_the_bindings_refuse_bad_arguments():
         _core.own_instruction_peaks("sse9")
     with pytest.raises(_core.RiverError, match="seconds"):
         _core.own_instruction_peaks("reference", -1.0)
-    with pytest.raises(_core.RiverError, match="no product for q5_0"):
-        _core.own_product_seconds("reference", "q5_0", 8, 64, [1], 0.0)
+    with pytest.raises(_core.RiverError, match="no product for tq2_0"):
+        _core.own_product_seconds("reference", "tq2_0", 8, 256, [1], 0.0)
     with pytest.raises(_core.RiverError, match="multiple of 256"):
         _core.own_product_seconds("reference", "q4_K", 8, 100, [1], 0.0)
     with pytest.raises(_core.RiverError, match="column counts"):
