@@ -100,7 +100,7 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
 }
 
 std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const uint16_t * k, const uint16_t * v,
-                                  const float * mask, float kq_scale, int n_threads) {
+                                  const float * mask, float kq_scale, int n_threads, const std::string & kernels) {
     const auto [n_tokens, n_head, n_head_kv, n_kv, head] = shape;
     if (n_tokens <= 0 || n_kv <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || head <= 0 || head % 8 != 0) {
         throw Error("attention_rows needs positive sizes, n_head a multiple of n_head_kv and head a multiple of 8");
@@ -111,7 +111,7 @@ std::vector<float> attention_rows(const AttentionShape & shape, const float * q,
     ggml_tensor * tk = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, head, n_kv, n_head_kv);
     ggml_tensor * tv = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, n_kv, head, n_head_kv);
     ggml_tensor * tmask = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_kv, n_tokens);
-    ggml_tensor * out = own_attention(ctx.get(), tq, tk, tv, tmask, &kq_scale);
+    ggml_tensor * out = own_attention(ctx.get(), tq, tk, tv, tmask, &kq_scale, kernels);
     ggml_cgraph * graph = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(graph, out);
     BufferPtr buffer(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_cpu_buffer_type()));

@@ -4,6 +4,9 @@
 // count. Which attention takes it is the graph builder's choice (graph.cpp).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "ggml.h"
 
 namespace river {
@@ -21,11 +24,15 @@ bool own_attention_supports(const ggml_tensor * cache_k, const ggml_tensor * cac
 // k_attention_tile from key 0; a key whose mask is -inf is skipped (its cell is never
 // read); scores as kq_scale * (a dot product in 8 lanes, element i into lane i % 8, summed
 // in a fixed tree) + mask; an online softmax in F32 with our own exp; out = acc / sum.
-// kq_scale must outlive the graph (graphs are kept for reuse).
+// kq_scale must outlive the graph (graphs are kept for reuse). kernels: "auto" (the
+// fastest here) or one of own_attention_kernels(), which all give the same bits.
 // q: [head, n_head, n_tokens] F32, rows contiguous (any strides beyond)
 // k: [head, n_kv, n_head_kv] F16 view of the cache, v: [n_kv, head, n_head_kv] F16 view of
 // the transposed cache, mask: [n_kv, n_tokens] F32 -> [head * n_head, n_tokens] F32
 ggml_tensor * own_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
-                            const float * kq_scale);
+                            const float * kq_scale, const std::string & kernels = "auto");
+
+// The row kernels this CPU runs: "baseline", and "avx2" where it has AVX2 and F16C.
+std::vector<std::string> own_attention_kernels();
 
 }  // namespace river

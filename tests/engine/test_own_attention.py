@@ -101,8 +101,8 @@ def random_attention(n_tokens=5, n_head=6, n_head_kv=2, n_kv=100, head=24, seed=
     return q, k, v, mask
 
 
-def own(q, k, v, mask, kq_scale, n_threads=1) -> np.ndarray:
-    return _core.attention_rows(q, k.view(np.uint16), v.view(np.uint16), mask, kq_scale, n_threads)
+def own(q, k, v, mask, kq_scale, n_threads=1, kernels="auto") -> np.ndarray:
+    return _core.attention_rows(q, k.view(np.uint16), v.view(np.uint16), mask, kq_scale, n_threads, kernels)
 
 
 def test_the_op_matches_a_float64_attention():
@@ -122,6 +122,20 @@ def test_the_op_gives_a_row_the_same_bits_alone_and_on_any_thread_count():
         assert np.array_equal(alone.view(np.uint32), batch[t : t + 1].view(np.uint32))
 
 
+@pytest.mark.parametrize("head, n_kv", [(8, 50), (24, 100), (64, 96), (256, 75)])
+def test_every_row_kernel_gives_the_baseline_bits(head, n_kv):
+    """The AVX2 kernel (where this CPU runs it) computes the baseline's operations: whole
+    tiles, part tiles and tiles with holes alike."""
+    kernels = _core.own_attention_kernels()
+    assert kernels[0] == "baseline"
+    if len(kernels) == 1:
+        pytest.skip("this CPU runs only the baseline kernel")
+    q, k, v, mask = random_attention(head=head, n_kv=n_kv, seed=head)
+    baseline = own(q, k, v, mask, 0.2, kernels="baseline")
+    for name in kernels[1:]:
+        assert np.array_equal(own(q, k, v, mask, 0.2, kernels=name).view(np.uint32), baseline.view(np.uint32)), name
+
+
 def test_the_op_skips_masked_keys_past_the_padding():
     """More masked cells at the end (a larger n_kv padding) change no bit."""
     q, k, v, mask = random_attention(n_kv=70)
@@ -137,6 +151,8 @@ def test_the_op_refuses_shapes_it_does_not_take():
         own(q[:, :, :20], k[:, :, :20], v[:, :20], mask, 1.0)
     with pytest.raises(ValueError, match="do not fit"):
         own(q, k, v, mask[:, :-1], 1.0)
+    with pytest.raises(ValueError, match="no kernels 'sse9'"):
+        own(q, k, v, mask, 1.0, kernels="sse9")
 
 
 # ---------------------------------------------------------------- in the engine
