@@ -287,8 +287,9 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
                          std::vector<std::string> cpu_extra_bufts, bool reuse_graphs, const std::string & exact,
                          int64_t exact_rows, std::vector<std::string> own_types, const std::string & own_kernels,
-                         int64_t n_seq) {
+                         int64_t n_seq, bool own_attention) {
                  river::EngineParams params;
+                 params.own_attention = own_attention;
                  params.n_seq = n_seq;
                  params.reuse_graphs = reuse_graphs;
                  params.exact = exact_mode(exact);
@@ -305,7 +306,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("path"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"), py::arg("use_mmap") = true,
              py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true,
              py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows,
-             py::arg("own_types") = std::vector<std::string>{}, py::arg("own_kernels") = "auto", py::arg("n_seq") = 1)
+             py::arg("own_types") = std::vector<std::string>{}, py::arg("own_kernels") = "auto", py::arg("n_seq") = 1,
+             py::arg("own_attention") = river::EngineParams{}.own_attention)
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
              py::arg("prompt") = false, py::arg("seq") = 0,
              "Append ids to sequence `seq` and return their logits; tokens leave the backbone as `exit` (an "

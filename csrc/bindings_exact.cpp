@@ -7,6 +7,7 @@
 #include "common.h"
 #include "engine.h"
 #include "exact_check.h"
+#include "own_attention.h"
 #include "own_kernels.h"
 #include "river_build.h"
 
@@ -38,6 +39,29 @@ py::array_t<float> row_products(const std::string & type, const ByteArray & data
                                   n_threads, own);
     }
     return py::array_t<float>(std::vector<py::ssize_t>{inputs.shape(0), n_out}, out.data());
+}
+
+using HalfArray = py::array_t<uint16_t, py::array::c_style>;
+
+// attention_rows of numpy arrays: q [n_tokens, n_head, head] float32, k [n_head_kv, n_kv,
+// head] and v [n_head_kv, head, n_kv] float16 (as uint16 bits), mask [n_tokens, n_kv].
+py::array_t<float> attention_rows(const FloatMatrix & q, const HalfArray & k, const HalfArray & v,
+                                  const FloatMatrix & mask, float kq_scale, int n_threads,
+                                  const std::string & kernels) {
+    if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || mask.ndim() != 2) {
+        throw river::Error("attention_rows needs q, k and v of 3 dimensions and a mask of 2");
+    }
+    const river::AttentionShape shape{q.shape(0), q.shape(1), k.shape(0), k.shape(1), q.shape(2)};
+    if (k.shape(2) != shape.head || v.shape(0) != shape.n_head_kv || v.shape(1) != shape.head ||
+        v.shape(2) != shape.n_kv || mask.shape(0) != shape.n_tokens || mask.shape(1) != shape.n_kv) {
+        throw river::Error("attention_rows: q, k, v and the mask do not fit together");
+    }
+    std::vector<float> out;
+    {
+        py::gil_scoped_release release;
+        out = river::attention_rows(shape, q.data(), k.data(), v.data(), mask.data(), kq_scale, n_threads, kernels);
+    }
+    return py::array_t<float>(std::vector<py::ssize_t>{shape.n_tokens, shape.n_head * shape.head}, out.data());
 }
 
 // Runs engine.forward with every named node's output recorded: (logits, [(name,
@@ -87,6 +111,13 @@ void bind_exact(py::module_ & m) {
           py::arg("own") = "",
           "inputs @ w.T for the raw matrix w of `type` ([n_out, n_in]): by ggml_mul_mat from the plain layout or "
           "the extra buffer type, by the exact product, or by our own product with the kernels named `own`.");
+    m.def("attention_rows", &attention_rows, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"),
+          py::arg("kq_scale"), py::arg("n_threads") = 1, py::arg("kernels") = "auto",
+          "softmax(kq_scale q.k + mask) v by our own attention: q [n_tokens, n_head, head] float32, k [n_head_kv, "
+          "n_kv, head] and v [n_head_kv, head, n_kv] float16 viewed as uint16, mask [n_tokens, n_kv] (0 or -inf) "
+          "-> [n_tokens, n_head * head]; by the row kernels named `kernels` (own_attention_kernels()).");
+    m.def("own_attention_kernels", &river::own_attention_kernels,
+          "The row kernels of our own attention this CPU runs, the fastest last; they give the same bits.");
     m.def("quantize_rows", &quantize_rows, py::arg("type"), py::arg("values"),
           "values [n_out, n_in] quantized by ggml to `type`: the raw rows, as a GGUF file holds them.");
     m.def(

@@ -635,6 +635,7 @@ void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_conte
     OwnInputs own_inputs;
     g.own = &own_;
     g.own_inputs = &own_inputs;
+    g.own_attention = params_.own_attention;
 
     // [n_embd, n_tokens]
     ggml_tensor * inpL = nullptr;

@@ -55,6 +55,10 @@ struct EngineParams {
     // this CPU runs); the caller decides which passed their probe here (none by default).
     std::vector<std::string> own_types;
     std::string own_kernels = "auto";
+    // Attention over a cache in host memory by our own batch-invariant op
+    // (own_attention.h); false: ggml's (a prompt's row then differs in the last bits
+    // from the step that computes it alone). A cache on a device always takes ggml's.
+    bool own_attention = true;
 };
 
 // Where time goes per graph: building and allocating it vs computing it.

@@ -10,6 +10,7 @@
 #include "ggml-cpu.h"
 #include "ggml_ptr.h"
 #include "offload.h"
+#include "own_attention.h"
 #include "own_kernels.h"
 #include "own_mul_mat.h"
 #include "weights.h"
@@ -23,14 +24,9 @@ bool is_layout_op(ggml_op op) {
            op == GGML_OP_TRANSPOSE;
 }
 
-}  // namespace
-
-std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out, int64_t n_in, const float * inputs,
-                                int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads,
-                                const std::string & own_kernels) {
-    if (n_out <= 0 || n_tokens <= 0 || n_in <= 0 || n_in % ggml_blck_size(type) != 0) {
-        throw Error(std::string("row_products needs rows whose length is a positive multiple of ") +
-                    std::to_string(ggml_blck_size(type)) + " for " + ggml_type_name(type));
+BackendPtr cpu_backend(int n_threads) {
+    if (n_threads <= 0) {
+        throw Error("n_threads must be positive, got " + std::to_string(n_threads));
     }
     load_backends();
     ggml_backend_dev_t cpu_dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -42,7 +38,20 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
         throw Error("cannot initialise the ggml CPU backend");
     }
     ggml_backend_cpu_set_n_threads(cpu.get(), n_threads);
+    return cpu;
+}
 
+}  // namespace
+
+std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out, int64_t n_in, const float * inputs,
+                                int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads,
+                                const std::string & own_kernels) {
+    if (n_out <= 0 || n_tokens <= 0 || n_in <= 0 || n_in % ggml_blck_size(type) != 0) {
+        throw Error(std::string("row_products needs rows whose length is a positive multiple of ") +
+                    std::to_string(ggml_blck_size(type)) + " for " + ggml_type_name(type));
+    }
+    BackendPtr cpu = cpu_backend(n_threads);
+    ggml_backend_dev_t cpu_dev = ggml_backend_get_device(cpu.get());
     ggml_backend_buffer_type_t weight_buft =
         buft_name.empty() ? ggml_backend_cpu_buffer_type() : cpu_extra_buffer_type(buft_name);
     ContextPtr weight_ctx = new_metadata_context(1);
@@ -88,6 +97,37 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
     std::vector<float> out(static_cast<size_t>(n_out * n_tokens));
     ggml_backend_tensor_get(y, out.data(), 0, ggml_nbytes(y));
     return out;
+}
+
+std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const uint16_t * k, const uint16_t * v,
+                                  const float * mask, float kq_scale, int n_threads, const std::string & kernels) {
+    const auto [n_tokens, n_head, n_head_kv, n_kv, head] = shape;
+    if (n_tokens <= 0 || n_kv <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || head <= 0 || head % 8 != 0) {
+        throw Error("attention_rows needs positive sizes, n_head a multiple of n_head_kv and head a multiple of 8");
+    }
+    BackendPtr cpu = cpu_backend(n_threads);
+    ContextPtr ctx = new_metadata_context(5);
+    ggml_tensor * tq = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, head, n_head, n_tokens);
+    ggml_tensor * tk = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, head, n_kv, n_head_kv);
+    ggml_tensor * tv = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, n_kv, head, n_head_kv);
+    ggml_tensor * tmask = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_kv, n_tokens);
+    ggml_tensor * out = own_attention(ctx.get(), tq, tk, tv, tmask, &kq_scale, kernels);
+    ggml_cgraph * graph = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(graph, out);
+    BufferPtr buffer(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_cpu_buffer_type()));
+    if (!buffer) {
+        throw Error("cannot allocate the attention's tensors");
+    }
+    ggml_backend_tensor_set(tq, q, 0, ggml_nbytes(tq));
+    ggml_backend_tensor_set(tk, k, 0, ggml_nbytes(tk));
+    ggml_backend_tensor_set(tv, v, 0, ggml_nbytes(tv));
+    ggml_backend_tensor_set(tmask, mask, 0, ggml_nbytes(tmask));
+    if (ggml_backend_graph_compute(cpu.get(), graph) != GGML_STATUS_SUCCESS) {
+        throw Error("our own attention failed");
+    }
+    std::vector<float> values(static_cast<size_t>(ggml_nelements(out)));
+    ggml_backend_tensor_get(out, values.data(), 0, ggml_nbytes(out));
+    return values;
 }
 
 bool NodeTrace::eval(ggml_tensor * t, bool ask, void * self) {

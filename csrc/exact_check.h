@@ -25,6 +25,19 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
                                 int64_t n_tokens, const std::string & buft_name, bool exact, int n_threads,
                                 const std::string & own_kernels = "");
 
+// The sizes of one attention: query rows, query heads, kv heads, keys, head size.
+struct AttentionShape {
+    int64_t n_tokens, n_head, n_head_kv, n_kv, head;
+};
+
+// softmax(kq_scale * q.k + mask) . v by our own attention (own_attention.h) on the CPU
+// backend with n_threads, by the row kernels named `kernels` (own_attention_kernels()). q: [n_tokens][n_head][head]
+// F32; k: [n_head_kv][n_kv][head] and v: [n_head_kv][head][n_kv] F16 bits; mask: [n_tokens][n_kv] of 0 or -inf. Returns
+// [n_tokens][n_head * head]. Throws for sizes the op does not take.
+std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const uint16_t * k, const uint16_t * v,
+                                  const float * mask, float kq_scale, int n_threads,
+                                  const std::string & kernels = "auto");
+
 // One node's output as a graph computed it: float32 values in ggml order.
 struct TracedNode {
     std::string name;

@@ -1,6 +1,7 @@
 #include "graph.h"
 
 #include "exact_ops.h"
+#include "own_attention.h"
 
 namespace river {
 
@@ -66,10 +67,16 @@ ggml_tensor * build_post_norm(const GraphContext & g, ggml_tensor * cur, ggml_te
     return weight ? build_norm(g, cur, weight) : cur;
 }
 
-// One sequence's rows attending over its cells, as a batch of those rows alone would.
-// Qcur: [head, n_head, n_tokens of the sequence], rotated (and scaled, with kq_scale 1)
-// -> [n_embd_q, n_tokens of the sequence]
-ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & seq, ggml_tensor * Qcur, float kq_scale) {
+// The scale of queries scaled before attention (HParams::scale_queries).
+constexpr float k_unit_scale = 1.0f;
+
+// One sequence's rows attending over its cells, as a batch of those rows alone would: by
+// our own attention where the cache is in host memory (each row in one order of its own,
+// in any batch), else by ggml's products and softmax.
+// Qcur: [head, n_head, n_tokens of the sequence], rotated (and scaled, with kq_scale 1);
+// kq_scale outlives the graph -> [n_embd_q, n_tokens of the sequence]
+ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & seq, ggml_tensor * Qcur,
+                     const float * kq_scale) {
     ggml_context * ctx = g.ctx;
     const HParams & hp = g.hp;
     const int64_t head = hp.n_embd_head, n_kv = seq.n_kv;
@@ -81,6 +88,12 @@ ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & se
     // [n_kv, head, n_head_kv]
     ggml_tensor * v = ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head,
                                    seq.first_cell * cache_v->nb[0]);
+    ggml_tensor * mask = hp.is_swa(il) ? seq.kq_mask_swa : seq.kq_mask;
+    if (g.own_attention && own_attention_supports(cache_k, cache_v, head)) {
+        ggml_tensor * out = own_attention(ctx, Qcur, k, v, mask, kq_scale);
+        ggml_format_name(out, "kqv_own-%d", static_cast<int>(il));
+        return out;
+    }
     // [head, n_tokens, n_head]
     ggml_tensor * q = ggml_permute(ctx, Qcur, 0, 2, 1, 3);
 
@@ -91,8 +104,7 @@ ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & se
         // (ggml-vulkan does), which attention scores cannot afford (the CPU ignores this).
         ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
     }
-    ggml_tensor * mask = hp.is_swa(il) ? seq.kq_mask_swa : seq.kq_mask;
-    kq = ggml_soft_max_ext(ctx, kq, mask, kq_scale, 0.0f);
+    kq = ggml_soft_max_ext(ctx, kq, mask, *kq_scale, 0.0f);
     ggml_format_name(kq, "kq_soft_max-%d", static_cast<int>(il));
 
     // [head, n_tokens, n_head] -> [head, n_head, n_tokens] -> [n_embd_q, n_tokens]
@@ -119,10 +131,10 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
     ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, cache_v, 1, ggml_nelements(cache_v)),
                                                   ggml_reshape_2d(ctx, Vcur, 1, n_embd_kv * n_tokens), g.in.v_rows));
 
-    float kq_scale = hp.attn_scale;
+    const float * kq_scale = &hp.attn_scale;
     if (hp.scale_queries) {
         Qcur = ggml_scale(ctx, Qcur, hp.attn_scale);
-        kq_scale = 1.0f;
+        kq_scale = &k_unit_scale;
     }
     ggml_tensor * cur = nullptr;
     for (const SeqAttention & seq : g.in.seqs) {

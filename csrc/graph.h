@@ -56,6 +56,9 @@ struct GraphContext {
     // them; nullptr: none.
     const OwnMatrices * own = nullptr;
     OwnInputs * own_inputs = nullptr;   // this graph's quantized inputs; set with `own`
+    // Attention over a cache in host memory by our own op (own_attention.h), whose rows
+    // are the same bits in any batch; false: ggml's products and softmax.
+    bool own_attention = false;
 };
 
 // One pre-norm block (with gemma's post-norms when the model has them); writes this

@@ -64,8 +64,8 @@ class RiverModel:
 
         options: how it loads (river_cpp.LoadOptions: n_ctx, n_threads, engine,
             river, river_types, river_head, prefill, tail_layers, progress, use_mmap,
-            n_gpu_layers, main_gpu, rpc_servers, reuse_graphs, exact, adapt_threads,
-            verbose); `load_options` by keyword set or override its fields, e.g.
+            n_gpu_layers, main_gpu, rpc_servers, reuse_graphs, exact, own_attention,
+            adapt_threads, verbose); `load_options` by keyword set or override its fields, e.g.
             RiverModel(path, n_ctx=4096, river=None). The default river, "auto", is the
             type that wins on this file, or none (`river_choice` says which and why).
         policy: the default exit policy of decoding: when tokens leave the backbone.

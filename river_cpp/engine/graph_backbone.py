@@ -129,6 +129,7 @@ class GraphBackbone:
             reuse_graphs=bool(options.reuse_graphs),
             exact=options.engine_exact,
             n_seq=options.n_seq_max,
+            own_attention=bool(options.own_attention),
             **self.own_products.engine_arguments(),
         )
         # Several sequences: their forwards run together on the batcher's thread.

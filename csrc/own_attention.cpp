@@ -1,0 +1,111 @@
+// Our own attention's custom op (own_attention.h): its threads' shares of (row, head)
+// pairs, the choice of row kernel, and the baseline kernel (own_attention_rows.inc,
+// compiled without contraction like every own_* file).
+#include "own_attention.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "own_attention_rows.h"
+
+namespace river {
+namespace {
+
+inline void to_f32(const ggml_fp16_t * x, float * y, int64_t n) {
+    ggml_cpu_fp16_to_fp32(x, y, n);
+}
+
+}  // namespace
+}  // namespace river
+
+#define OWN_ATTENTION_ROW attention_row_baseline
+#include "own_attention_rows.inc"
+
+namespace river {
+
+namespace {
+
+// Threads take contiguous ranges of (row, head) pairs; each pair is computed alone, so
+// neither nth nor the pairs beside it change a bit. The row kernel is the op's own: one
+// function per kernel, since the userdata is the scale.
+template <const AttentionRow * row>
+void attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const float kq_scale = *static_cast<const float *>(userdata);
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const ggml_tensor * v = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    const int64_t head = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
+    const int64_t n_kv = k->ne[1], group = n_head / k->ne[2];
+    thread_local AttentionScratch scratch;
+    scratch.key.resize(static_cast<size_t>(head));
+    scratch.acc.resize(static_cast<size_t>(head));
+    scratch.values.resize(k_attention_tile);
+    const int64_t pairs = n_tokens * n_head;
+    for (int64_t i = pairs * ith / nth; i < pairs * (ith + 1) / nth; ++i) {
+        const int64_t t = i / n_head, h = i % n_head, hk = h / group;
+        (*row)(reinterpret_cast<const float *>(static_cast<const char *>(q->data) + t * q->nb[2] + h * q->nb[1]),
+               static_cast<const char *>(k->data) + hk * k->nb[2], k->nb[1],
+               static_cast<const char *>(v->data) + hk * v->nb[2], v->nb[1],
+               reinterpret_cast<const float *>(static_cast<const char *>(mask->data) + t * mask->nb[1]), n_kv, head,
+               kq_scale, scratch,
+               reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]) + h * head);
+    }
+}
+
+const AttentionRow k_baseline = attention_row_baseline;
+
+bool avx2_here() {
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+}  // namespace
+
+std::vector<std::string> own_attention_kernels() {
+    std::vector<std::string> names{"baseline"};
+    if (attention_row_avx2 && avx2_here()) {
+        names.emplace_back("avx2");
+    }
+    return names;
+}
+
+bool own_attention_supports(const ggml_tensor * cache_k, const ggml_tensor * cache_v, int64_t head) {
+    return cache_k->type == GGML_TYPE_F16 && cache_v->type == GGML_TYPE_F16 && head % k_lanes == 0 && cache_k->buffer &&
+           ggml_backend_buffer_is_host(cache_k->buffer) && cache_v->buffer &&
+           ggml_backend_buffer_is_host(cache_v->buffer);
+}
+
+ggml_tensor * own_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                            const float * kq_scale, const std::string & kernels) {
+    static const std::vector<std::string> here = own_attention_kernels();
+    const std::string name = kernels == "auto" ? here.back() : kernels;
+    if (std::find(here.begin(), here.end(), name) == here.end()) {
+        throw Error("own attention has no kernels '" + kernels + "' on this CPU");
+    }
+    const int64_t head = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2], n_kv = k->ne[1], n_head_kv = k->ne[2];
+    const bool fits = q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float) && q->ne[3] == 1 &&
+                      k->type == GGML_TYPE_F16 && k->nb[0] == ggml_type_size(k->type) && k->ne[0] == head &&
+                      v->type == GGML_TYPE_F16 && v->nb[0] == ggml_type_size(v->type) && v->ne[0] == n_kv &&
+                      v->ne[1] == head && v->ne[2] == n_head_kv && n_head_kv > 0 && n_head % n_head_kv == 0 &&
+                      head % k_lanes == 0 && mask && mask->type == GGML_TYPE_F32 && mask->nb[0] == sizeof(float) &&
+                      mask->ne[0] == n_kv && mask->ne[1] == n_tokens;
+    if (!fits) {
+        throw Error(std::string("own_attention cannot attend with ") + ggml_get_name(q) + " over " + ggml_get_name(k) +
+                    " and " + ggml_get_name(v));
+    }
+    ggml_tensor * args[] = {q, k, v, mask};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, head * n_head, n_tokens, 1, 1, args, 4,
+                          name == "avx2" ? attention_op<&attention_row_avx2> : attention_op<&k_baseline>,
+                          GGML_N_TASKS_MAX, const_cast<float *>(kq_scale));
+}
+
+}  // namespace river

@@ -1,0 +1,238 @@
+"""Our own attention (csrc/own_attention.*): each row and head in one order of its own, so
+a position's logits are the same bits however its prompt is cut, whether it runs as a
+prompt row, a verify's exact row or a step, beside other sequences or alone, on any
+thread count; within rounding of ggml's attention; and the op itself against a float64
+softmax attention."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from river_cpp.engine import _core
+from river_cpp.engine.own_products import own_products
+
+N_CTX = 512
+N_TOKENS = 64
+CHUNKS = (1, 2, 3, 7, 16)
+PROMPT = "The river flows past the old mill, and the miller counts the sacks of grain:"
+
+
+def make_engine(path: Path, *, n_threads: int = 2, own_attention: bool = True, **options) -> _core.Engine:
+    """An engine as the graph backbone makes it: our own products where they passed their probe."""
+    return _core.Engine(
+        str(path), N_CTX, 512, n_threads, own_attention=own_attention, **own_products().engine_arguments(), **options
+    )
+
+
+def prompt_ids(n: int = N_TOKENS, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(1, 5000, n).astype(np.int32)
+
+
+def logits_in_pieces(engine: _core.Engine, ids: np.ndarray, sizes: Iterable[int], *, prompt: bool) -> np.ndarray:
+    """Every position's logits, `ids` fed from an empty sequence in pieces of `sizes`
+    (cycled), each a forward of its own."""
+    engine.reset()
+    out, start, sizes = [], 0, list(sizes)
+    while start < len(ids):
+        n = sizes[len(out) % len(sizes)]
+        out.append(engine.forward(ids[start : start + n], False, None, prompt))
+        start += n
+    return np.concatenate(out)
+
+
+def differing_positions(a: np.ndarray, b: np.ndarray) -> list[int]:
+    """The positions whose float32 logits differ in any bit."""
+    assert a.shape == b.shape
+    return [i for i in range(len(a)) if not np.array_equal(a[i].view(np.uint32), b[i].view(np.uint32))]
+
+
+def assert_cuts_alike(engine: _core.Engine, ids: np.ndarray, *, prompt_rows: bool = True) -> None:
+    """The whole input as one forward, in pieces of each of CHUNKS (and all of them in
+    turn), as prompts (prompt_rows) and as exact rows, and one step at a time: the same bits."""
+    whole = logits_in_pieces(engine, ids, [len(ids)], prompt=prompt_rows)
+    ways = {"steps": ([1], False)}
+    for size in CHUNKS:
+        ways[f"exact rows by {size}"] = ([size], False)
+        if prompt_rows:
+            ways[f"prompt by {size}"] = ([size], True)
+    ways["prompt by 1, 2, 3, 7, 16"] = (list(CHUNKS), prompt_rows)
+    for name, (sizes, prompt) in ways.items():
+        got = logits_in_pieces(engine, ids, sizes, prompt=prompt)
+        assert differing_positions(whole, got) == [], name
+
+
+# ---------------------------------------------------------------- the op alone
+
+
+def reference_attention(q, k, v, mask, kq_scale) -> np.ndarray:
+    """softmax(kq_scale q.k + mask) v in float64; q [t, h, d], k [hk, n, d], v [hk, d, n]."""
+    n_tokens, n_head, head = q.shape
+    group = n_head // k.shape[0]
+    out = np.zeros((n_tokens, n_head, head))
+    for h in range(n_head):
+        kh, vh = k[h // group].astype(np.float64), v[h // group].astype(np.float64)
+        for t in range(n_tokens):
+            seen = mask[t] == 0
+            s = kq_scale * (kh[seen] @ q[t, h].astype(np.float64))
+            p = np.exp(s - s.max())
+            out[t, h] = vh[:, seen] @ p / p.sum()
+    return out.reshape(n_tokens, n_head * head)
+
+
+def random_attention(n_tokens=5, n_head=6, n_head_kv=2, n_kv=100, head=24, seed=0):
+    """q, k, v and a causal mask with holes; k and v are NaN in the masked cells past the
+    last position (the unused cells of a cache), which the op must never read."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(0, 1, (n_tokens, n_head, head)).astype(np.float32)
+    k = rng.normal(0, 1, (n_head_kv, n_kv, head)).astype(np.float16)
+    v = rng.normal(0, 1, (n_head_kv, head, n_kv)).astype(np.float16)
+    n_past = n_kv - 40
+    mask = np.full((n_tokens, n_kv), -np.inf, dtype=np.float32)
+    for t in range(n_tokens):
+        mask[t, : n_past + t + 1] = 0.0
+        mask[t, rng.integers(0, n_past, 7)] = -np.inf  # holes: a sliding window's, say
+    k[:, n_past + n_tokens :] = np.nan
+    v[:, :, n_past + n_tokens :] = np.nan
+    return q, k, v, mask
+
+
+def own(q, k, v, mask, kq_scale, n_threads=1, kernels="auto") -> np.ndarray:
+    return _core.attention_rows(q, k.view(np.uint16), v.view(np.uint16), mask, kq_scale, n_threads, kernels)
+
+
+def test_the_op_matches_a_float64_attention():
+    q, k, v, mask = random_attention()
+    got = own(q, k, v, mask, 0.3)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, reference_attention(q, k, v, mask, 0.3), rtol=1e-5, atol=1e-5)
+
+
+def test_the_op_gives_a_row_the_same_bits_alone_and_on_any_thread_count():
+    q, k, v, mask = random_attention(n_tokens=7)
+    batch = own(q, k, v, mask, 0.125, n_threads=1)
+    for n_threads in (2, 3, 5):
+        assert np.array_equal(own(q, k, v, mask, 0.125, n_threads).view(np.uint32), batch.view(np.uint32))
+    for t in (0, 3, 6):
+        alone = own(q[t : t + 1], k, v, mask[t : t + 1], 0.125)
+        assert np.array_equal(alone.view(np.uint32), batch[t : t + 1].view(np.uint32))
+
+
+@pytest.mark.parametrize("head, n_kv", [(8, 50), (24, 100), (64, 96), (256, 75)])
+def test_every_row_kernel_gives_the_baseline_bits(head, n_kv):
+    """The AVX2 kernel (where this CPU runs it) computes the baseline's operations: whole
+    tiles, part tiles and tiles with holes alike."""
+    kernels = _core.own_attention_kernels()
+    assert kernels[0] == "baseline"
+    if len(kernels) == 1:
+        pytest.skip("this CPU runs only the baseline kernel")
+    q, k, v, mask = random_attention(head=head, n_kv=n_kv, seed=head)
+    baseline = own(q, k, v, mask, 0.2, kernels="baseline")
+    for name in kernels[1:]:
+        assert np.array_equal(own(q, k, v, mask, 0.2, kernels=name).view(np.uint32), baseline.view(np.uint32)), name
+
+
+def test_the_op_skips_masked_keys_past_the_padding():
+    """More masked cells at the end (a larger n_kv padding) change no bit."""
+    q, k, v, mask = random_attention(n_kv=70)
+    wide_k = np.concatenate([k, np.full((k.shape[0], 90, k.shape[2]), np.nan, np.float16)], axis=1)
+    wide_v = np.concatenate([v, np.full((*v.shape[:2], 90), np.nan, np.float16)], axis=2)
+    wide_mask = np.concatenate([mask, np.full((mask.shape[0], 90), -np.inf, np.float32)], axis=1)
+    assert np.array_equal(own(q, wide_k, wide_v, wide_mask, 0.5), own(q, k, v, mask, 0.5))
+
+
+def test_the_op_refuses_shapes_it_does_not_take():
+    q, k, v, mask = random_attention()
+    with pytest.raises(ValueError, match="multiple of 8"):
+        own(q[:, :, :20], k[:, :, :20], v[:, :20], mask, 1.0)
+    with pytest.raises(ValueError, match="do not fit"):
+        own(q, k, v, mask[:, :-1], 1.0)
+    with pytest.raises(ValueError, match="no kernels 'sse9'"):
+        own(q, k, v, mask, 1.0, kernels="sse9")
+
+
+# ---------------------------------------------------------------- in the engine
+
+
+@pytest.mark.real_model
+def test_every_cut_of_a_prompt_gives_the_same_bits(demo_model):
+    """The demo model (9 query heads over 3 KV heads): a prompt whole, in pieces, as
+    exact rows and as steps, every position the same bits."""
+    assert_cuts_alike(make_engine(demo_model), prompt_ids())
+
+
+@pytest.mark.real_model
+def test_ggml_attention_differs_by_cut(demo_model):
+    """The check above can fail: with ggml's attention a prompt's rows differ from steps."""
+    engine = make_engine(demo_model, own_attention=False)
+    ids = prompt_ids()
+    whole = logits_in_pieces(engine, ids, [len(ids)], prompt=True)
+    assert differing_positions(whole, logits_in_pieces(engine, ids, [1], prompt=False)) != []
+
+
+@pytest.mark.real_model
+def test_thread_count_changes_no_bit(demo_model):
+    ids = prompt_ids()
+    one, two = (logits_in_pieces(make_engine(demo_model, n_threads=n), ids, [40, 1], prompt=True) for n in (1, 2))
+    assert differing_positions(one, two) == []
+
+
+@pytest.mark.real_model
+def test_sequences_sharing_a_batch_equal_each_alone(demo_model):
+    engine = make_engine(demo_model, n_seq=2)
+    a, b = prompt_ids(30, seed=1), prompt_ids(20, seed=2)
+    together = engine.forward_many([(0, a[:25], False, True), (1, b[:13], False, True)])
+    together += engine.forward_many([(1, b[13:], False, False), (0, a[25:], False, False)])
+    alone = make_engine(demo_model)
+    assert differing_positions(np.concatenate([together[0], together[3]]), alone.forward(a, False, None, True)) == []
+    alone.reset()
+    assert differing_positions(np.concatenate([together[1], together[2]]), alone.forward(b, False, None, True)) == []
+
+
+def test_sliding_window_rows_cut_alike(tiny_gemma3):
+    """tiny gemma3: a 4-token sliding window on half its layers, F32 matrices (exact rows
+    only: ggml's prompt products by float matrices depend on the batch)."""
+    assert_cuts_alike(make_engine(tiny_gemma3, exact="bitwise"), prompt_ids(40), prompt_rows=False)
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_gemma3_270m_rows_cut_alike(gemma270_backbone):
+    """Gemma 3 270M: 4 query heads per KV head, heads of 256, F16 matrices (exact rows)."""
+    assert_cuts_alike(make_engine(gemma270_backbone, exact="bitwise"), prompt_ids(), prompt_rows=False)
+
+
+@pytest.mark.real_model
+def test_agrees_with_ggml_attention(demo_backbone):
+    """The F16 demo model (on the Q4_1 release, ggml's prompt rows and steps already
+    differ by ~3% of the logits' range, so that ours is as far from either): a prompt's
+    logits within 0.5% of the range, and 32 greedy tokens alike."""
+    ids = np.array(llama_cpp.Llama(str(demo_backbone), vocab_only=True, verbose=False).tokenize(PROMPT.encode()))
+    engines = [make_engine(demo_backbone, own_attention=own) for own in (True, False)]
+    ours, theirs = (engine.forward(ids.astype(np.int32), False, None, True) for engine in engines)
+    assert np.abs(ours - theirs).max() < 0.005 * np.abs(theirs).max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    greedy = []
+    for engine, logits in zip(engines, (ours, theirs)):
+        tokens = [int(logits[-1].argmax())]
+        for _ in range(31):
+            tokens.append(int(engine.forward(np.array(tokens[-1:], np.int32), True)[-1].argmax()))
+        greedy.append(tokens)
+    assert greedy[0] == greedy[1]
+
+
+@pytest.mark.parametrize("own_attention", [True, False])
+def test_the_model_takes_the_attention_it_is_given(tiny_llama, own_attention):
+    """RiverModel(own_attention=...) reaches the engine: its prompt logits are our
+    attention's bits with it, and not without."""
+    from river_cpp import RiverModel
+
+    ids = prompt_ids(24)
+    ours = make_engine(tiny_llama).forward(ids, False, None, True)
+    with RiverModel(tiny_llama, river=None, n_ctx=N_CTX, n_threads=2, own_attention=own_attention) as model:
+        got = np.asarray(model.forward(ids))
+    assert (differing_positions(got, ours) == []) == own_attention
