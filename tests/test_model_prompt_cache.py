@@ -148,3 +148,32 @@ def test_two_threads_on_one_model_with_a_prompt_cache_answer_as_alone(tiny_llama
                 lambda: [_completion(model, ids) for ids in completed],
             )
             assert tuple(got) == expected
+
+
+def _turn(model: RiverModel, messages: list[dict], **sampling) -> tuple[list[int], list[float], int]:
+    """A chat turn's tokens, their logprobs and the prompt positions taken from the cache."""
+    prompt = model.tokenizer.apply_chat_template(messages)
+    chunks = list(model.generate(prompt, stream=True, max_tokens=24, logprobs=1, **sampling))
+    return [c.token_id for c in chunks], [c.logprob for c in chunks], chunks[0].cached_tokens
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("sampling", [{"temperature": 0.0}, {"temperature": 0.8, "seed": 5}], ids=["greedy", "seeded"])
+def test_a_chats_second_turn_from_the_cache_is_the_cold_conversations(demo_model, sampling):
+    """The second turn reuses the first turn's positions, its answer's computed as steps;
+    sent cold, the same conversation is one prompt. With our own products and attention
+    the two are the same bits, so the answer does not depend on what was cached."""
+    questions = ["Name a river in Europe.", "Write one sentence about water.", "What is 2 + 3?"]
+    options = dict(river=None, n_ctx=512, n_threads=2, progress=False)
+    with RiverModel(demo_model, prompt_cache=True, **options) as warm, RiverModel(demo_model, **options) as cold:
+        for question in questions:
+            first = [{"role": "user", "content": question}]
+            answer, _, _ = _turn(warm, first, **sampling)
+            second = first + [
+                {"role": "assistant", "content": warm.detokenize(answer)},
+                {"role": "user", "content": "Say it again, shorter."},
+            ]
+            tokens, logprobs, cached = _turn(warm, second, **sampling)
+            assert cached > 0  # the first turn's positions came from the cache
+            cold.reset()
+            assert (tokens, logprobs) == _turn(cold, second, **sampling)[:2], question

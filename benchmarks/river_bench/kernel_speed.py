@@ -15,10 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
+# Each engine: the environment its process runs in, and RiverModel's load options.
 ENGINES = {
-    "ours": {"RIVER_CPP_OWN_PRODUCTS": "auto"},
-    "ours, ggml's kernels": {"RIVER_CPP_OWN_PRODUCTS": "none"},
-    "llama-cpp-python": {},
+    "ours": ({"RIVER_CPP_OWN_PRODUCTS": "auto"}, {}),
+    "ours, ggml's attention": ({"RIVER_CPP_OWN_PRODUCTS": "auto"}, {"own_attention": False}),
+    "ours, ggml's kernels": ({"RIVER_CPP_OWN_PRODUCTS": "none"}, {"own_attention": False}),
+    "llama-cpp-python": ({}, {}),
 }
 VERIFY_SIZES = (1, 4, 8)
 VERIFY_CONTEXT = 512
@@ -33,7 +35,10 @@ def measure(engine: str, model: str, threads: int, prompts: Sequence[int], steps
     if engine == "llama-cpp-python":
         backbone = LlamaCppPeer(Path(model), n_ctx=n_ctx, n_threads=threads)
     else:
-        backbone = RiverModel(model, river=None, n_ctx=n_ctx, n_threads=threads, progress=False, speculative=False)
+        options = ENGINES[engine][1]
+        backbone = RiverModel(
+            model, river=None, n_ctx=n_ctx, n_threads=threads, progress=False, speculative=False, **options
+        )
     ids = [int(i) for i in np.random.default_rng(0).integers(1000, 20000, size=n_ctx)]
 
     def timed(tokens: Sequence[int], kind: str) -> float:
@@ -69,7 +74,7 @@ def measure(engine: str, model: str, threads: int, prompts: Sequence[int], steps
 
 def child(script: str, args: argparse.Namespace, engine: str) -> dict:
     """One round of `engine` in a process of its own: `script` run with --child."""
-    env = {**os.environ, **ENGINES[engine]}
+    env = {**os.environ, **ENGINES[engine][0]}
     command = [sys.executable, script, "--child", engine, "-m", args.model, "-t", str(args.threads)]
     command += ["--steps", str(args.steps), "--prompts", *map(str, args.prompts)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
