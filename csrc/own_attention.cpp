@@ -1,5 +1,5 @@
-// Our own attention's custom op (own_attention.h): its threads' shares of (row, head)
-// pairs, the choice of row kernel, and the baseline kernel (own_attention_rows.inc,
+// Our own attention's custom op (own_attention.h): its threads' shares of blocks of rows
+// and heads, the choice of block kernel, and the baseline kernel (own_attention_rows.inc,
 // compiled without contraction like every own_* file).
 #include "own_attention.h"
 
@@ -15,24 +15,39 @@
 namespace river {
 namespace {
 
-inline void to_f32(const ggml_fp16_t * x, float * y, int64_t n) {
-    ggml_cpu_fp16_to_fp32(x, y, n);
+// y[c * y_stride + r] = x[r * x_stride + c] in F32, r < rows, c < cols: row by row.
+inline void to_f32_transposed(const ggml_fp16_t * x, size_t x_stride, int64_t rows, int64_t cols, float * y,
+                              size_t y_stride) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        ggml_cpu_fp16_to_fp32(x + r * x_stride, row.data(), cols);
+        for (int64_t c = 0; c < cols; ++c) {
+            y[c * y_stride + r] = row[static_cast<size_t>(c)];
+        }
+    }
 }
 
 }  // namespace
 }  // namespace river
 
-#define OWN_ATTENTION_ROW attention_row_baseline
+#define OWN_ATTENTION_BLOCK attention_block_baseline
 #include "own_attention_rows.inc"
 
 namespace river {
 
 namespace {
 
-// Threads take contiguous ranges of (row, head) pairs; each pair is computed alone, so
-// neither nth nor the pairs beside it change a bit. The row kernel is the op's own: one
-// function per kernel, since the userdata is the scale.
-template <const AttentionRow * row>
+// Rows of one block: its pairs share each tile's keys and values, converted once.
+constexpr int64_t k_block_rows = 16;
+
+// The work is cut into blocks of k_block_rows rows by the query heads of one KV head (or
+// a part of them, where there are fewer such blocks than threads, as in a step); thread
+// ith takes every nth block, so that the early blocks of a causal prompt, which read fewer
+// keys, fall to every thread alike. Each pair is computed alone, so neither nth nor the
+// cut changes a bit. The block kernel is the op's own: one function per kernel, since the
+// userdata is the scale.
+template <const AttentionBlockKernel * kernel>
 void attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const float kq_scale = *static_cast<const float *>(userdata);
     const ggml_tensor * q = dst->src[0];
@@ -40,24 +55,34 @@ void attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * v = dst->src[2];
     const ggml_tensor * mask = dst->src[3];
     const int64_t head = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
-    const int64_t n_kv = k->ne[1], group = n_head / k->ne[2];
+    const int64_t n_head_kv = k->ne[2], group = n_head / n_head_kv;
+    const int64_t row_blocks = (n_tokens + k_block_rows - 1) / k_block_rows;
+    const int64_t parts = std::min(group, (nth + row_blocks * n_head_kv - 1) / (row_blocks * n_head_kv));
     thread_local AttentionScratch scratch;
-    scratch.key.resize(static_cast<size_t>(head));
-    scratch.acc.resize(static_cast<size_t>(head));
-    scratch.values.resize(k_attention_tile);
-    const int64_t pairs = n_tokens * n_head;
-    for (int64_t i = pairs * ith / nth; i < pairs * (ith + 1) / nth; ++i) {
-        const int64_t t = i / n_head, h = i % n_head, hk = h / group;
-        (*row)(reinterpret_cast<const float *>(static_cast<const char *>(q->data) + t * q->nb[2] + h * q->nb[1]),
-               static_cast<const char *>(k->data) + hk * k->nb[2], k->nb[1],
-               static_cast<const char *>(v->data) + hk * v->nb[2], v->nb[1],
-               reinterpret_cast<const float *>(static_cast<const char *>(mask->data) + t * mask->nb[1]), n_kv, head,
-               kq_scale, scratch,
-               reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]) + h * head);
+    for (int64_t u = ith; u < row_blocks * n_head_kv * parts; u += nth) {
+        const int64_t part = u % parts, hk = u / parts % n_head_kv, t0 = u / parts / n_head_kv * k_block_rows;
+        const int64_t h0 = hk * group + group * part / parts, h1 = hk * group + group * (part + 1) / parts;
+        const AttentionBlock block{static_cast<const char *>(q->data) + t0 * q->nb[2] + h0 * q->nb[1],
+                                   q->nb[2],
+                                   q->nb[1],
+                                   static_cast<const char *>(k->data) + hk * k->nb[2],
+                                   k->nb[1],
+                                   static_cast<const char *>(v->data) + hk * v->nb[2],
+                                   v->nb[1],
+                                   static_cast<const char *>(mask->data) + t0 * mask->nb[1],
+                                   mask->nb[1],
+                                   static_cast<char *>(dst->data) + t0 * dst->nb[1] + h0 * head * sizeof(float),
+                                   dst->nb[1],
+                                   std::min(k_block_rows, n_tokens - t0),
+                                   h1 - h0,
+                                   k->ne[1],
+                                   head,
+                                   kq_scale};
+        (*kernel)(block, scratch);
     }
 }
 
-const AttentionRow k_baseline = attention_row_baseline;
+const AttentionBlockKernel k_baseline = attention_block_baseline;
 
 bool avx2_here() {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -72,7 +97,7 @@ bool avx2_here() {
 
 std::vector<std::string> own_attention_kernels() {
     std::vector<std::string> names{"baseline"};
-    if (attention_row_avx2 && avx2_here()) {
+    if (attention_block_avx2 && avx2_here()) {
         names.emplace_back("avx2");
     }
     return names;
@@ -104,7 +129,7 @@ ggml_tensor * own_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k
     }
     ggml_tensor * args[] = {q, k, v, mask};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, head * n_head, n_tokens, 1, 1, args, 4,
-                          name == "avx2" ? attention_op<&attention_row_avx2> : attention_op<&k_baseline>,
+                          name == "avx2" ? attention_op<&attention_block_avx2> : attention_op<&k_baseline>,
                           GGML_N_TASKS_MAX, const_cast<float *>(kq_scale));
 }
 

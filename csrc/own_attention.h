@@ -21,9 +21,11 @@ bool own_attention_supports(const ggml_tensor * cache_k, const ggml_tensor * cac
 
 // softmax(kq_scale * q.k + mask) . v per query row and head, as a ggml custom op. For
 // row t and query head h (reading kv head h / (n_head / n_head_kv)): keys in tiles of
-// k_attention_tile from key 0; a key whose mask is -inf is skipped (its cell is never
-// read); scores as kq_scale * (a dot product in 8 lanes, element i into lane i % 8, summed
-// in a fixed tree) + mask; an online softmax in F32 with our own exp; out = acc / sum.
+// k_attention_tile from key 0; a key whose mask is -inf is skipped (its cells weigh in
+// nowhere, whatever they hold: NaN in a cache's unused cells changes no bit); scores as
+// kq_scale * (a dot product in 8 lanes, element i into lane i % 8, summed in a fixed tree)
+// + mask; an online softmax in F32 with our own exp; out = acc / sum, where acc adds each
+// tile's weighted values in 8 lanes (key j into lane j % 8, summed in the same tree).
 // kq_scale must outlive the graph (graphs are kept for reuse). kernels: "auto" (the
 // fastest here) or one of own_attention_kernels(), which all give the same bits.
 // q: [head, n_head, n_tokens] F32, rows contiguous (any strides beyond)

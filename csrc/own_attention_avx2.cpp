@@ -1,4 +1,4 @@
-// Our own attention's row kernel for x86 with AVX2 and F16C (own_attention_rows.inc):
+// Our own attention's block kernel for x86 with AVX2 and F16C (own_attention_rows.inc):
 // the baseline's operations, 8 lanes to a register.
 #include "own_attention_rows.h"
 
@@ -10,27 +10,51 @@
 namespace river {
 namespace {
 
-inline void to_f32(const ggml_fp16_t * x, float * y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i))));
+// y[c * y_stride + r] = x[r * x_stride + c] in F32, r < rows, c < cols: 8 x 8 blocks
+// converted in registers and transposed there, the edges one value at a time.
+inline void to_f32_transposed(const ggml_fp16_t * x, size_t x_stride, int64_t rows, int64_t cols, float * y,
+                              size_t y_stride) {
+    const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+    for (int64_t r = 0; r < rows8; r += 8) {
+        for (int64_t c = 0; c < cols8; c += 8) {
+            __m256 a[8], b[8];
+            for (int i = 0; i < 8; ++i) {
+                a[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + (r + i) * x_stride + c)));
+            }
+            for (int i = 0; i < 8; i += 2) {
+                b[i] = _mm256_unpacklo_ps(a[i], a[i + 1]);
+                b[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                a[i] = _mm256_shuffle_ps(b[i], b[i + 2], 0x44);
+                a[i + 1] = _mm256_shuffle_ps(b[i], b[i + 2], 0xee);
+                a[i + 2] = _mm256_shuffle_ps(b[i + 1], b[i + 3], 0x44);
+                a[i + 3] = _mm256_shuffle_ps(b[i + 1], b[i + 3], 0xee);
+            }
+            for (int i = 0; i < 4; ++i) {
+                _mm256_storeu_ps(y + (c + i) * y_stride + r, _mm256_permute2f128_ps(a[i], a[i + 4], 0x20));
+                _mm256_storeu_ps(y + (c + i + 4) * y_stride + r, _mm256_permute2f128_ps(a[i], a[i + 4], 0x31));
+            }
+        }
     }
-    for (; i < n; ++i) {
-        y[i] = _cvtsh_ss(x[i]);
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) {
+            y[c * y_stride + r] = _cvtsh_ss(x[r * x_stride + c]);
+        }
     }
 }
 
 }  // namespace
 }  // namespace river
 
-#define OWN_ATTENTION_ROW attention_row_avx2_kernel
+#define OWN_ATTENTION_BLOCK attention_block_avx2_kernel
 #include "own_attention_rows.inc"
 
 namespace river {
-const AttentionRow attention_row_avx2 = attention_row_avx2_kernel;
+const AttentionBlockKernel attention_block_avx2 = attention_block_avx2_kernel;
 }  // namespace river
 #else
 namespace river {
-const AttentionRow attention_row_avx2 = nullptr;
+const AttentionBlockKernel attention_block_avx2 = nullptr;
 }  // namespace river
 #endif

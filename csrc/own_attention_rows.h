@@ -1,6 +1,7 @@
-// The row kernels of our own attention (own_attention.h): one query row of one head over
-// its keys, the same arithmetic compiled for the baseline CPU and for AVX2 + F16C, which
-// give the same bits (own_attention_rows.inc writes every operation out in order).
+// The block kernels of our own attention (own_attention.h): a block of query rows and
+// heads that read one KV head, over its keys, the same arithmetic compiled for the
+// baseline CPU and for AVX2 + F16C, which give the same bits (own_attention_rows.inc
+// writes every operation out in order).
 #pragma once
 
 #include <cstddef>
@@ -13,28 +14,40 @@ namespace river {
 
 constexpr int k_lanes = 8;
 
-// One thread's working rows: a key converted to F32, a tile's values of one channel,
-// the tile's scores and weights, the accumulator (key and acc: head values, values: a tile).
-struct AttentionScratch {
-    std::vector<float> key, values, acc;
-    float score[k_attention_tile], weight[k_attention_tile];
-    bool keep[k_attention_tile];
+// Rows n_rows x heads n_heads that share one KV head, each (row, head) pair computed
+// alone (see own_attention.h). Byte strides: q of row r, head h at q + r * q_row +
+// h * q_head (head floats); key j at k + j * k_stride (head F16 values); channel d's values
+// of every key at v + d * v_stride (F16); row r's mask (n_kv floats) at mask + r * mask_row;
+// out of row r, head h at out + r * out_row + h * head floats.
+struct AttentionBlock {
+    const char * q;
+    size_t q_row, q_head;
+    const char * k;
+    size_t k_stride;
+    const char * v;
+    size_t v_stride;
+    const char * mask;
+    size_t mask_row;
+    char * out;
+    size_t out_row;
+    int64_t n_rows, n_heads, n_kv, head;
+    float kq_scale;
 };
 
-// Row t's head over its keys (see own_attention.h). k: key j's values at k + j * k_stride
-// (F16); v: channel d's values of every key at v + d * v_stride (F16); mask: n_kv values;
-// out: head values.
-using AttentionRow = void (*)(const float * q, const char * k, size_t k_stride, const char * v, size_t v_stride,
-                              const float * mask, int64_t n_kv, int64_t head, float kq_scale, AttentionScratch & s,
-                              float * out);
+// One thread's working memory: a tile's keys and values in F32 (keys: [head][tile], key j
+// of channel i at i * tile + j; values: [tile][head]), each row's mask
+// over the tile and its kept keys (bit j: key j), each pair's running maximum, sum and
+// accumulator (head values).
+struct AttentionScratch {
+    std::vector<float> keys, values, mask, max, sum, acc;
+    std::vector<uint32_t> keep;
+};
 
-void attention_row_baseline(const float * q, const char * k, size_t k_stride, const char * v, size_t v_stride,
-                            const float * mask, int64_t n_kv, int64_t head, float kq_scale, AttentionScratch & s,
-                            float * out);
-void attention_row_avx2_kernel(const float * q, const char * k, size_t k_stride, const char * v, size_t v_stride,
-                               const float * mask, int64_t n_kv, int64_t head, float kq_scale, AttentionScratch & s,
-                               float * out);
-// attention_row_avx2_kernel; nullptr where this build has none (not x86)
-extern const AttentionRow attention_row_avx2;
+using AttentionBlockKernel = void (*)(const AttentionBlock & b, AttentionScratch & s);
+
+void attention_block_baseline(const AttentionBlock & b, AttentionScratch & s);
+void attention_block_avx2_kernel(const AttentionBlock & b, AttentionScratch & s);
+// attention_block_avx2_kernel; nullptr where this build has none (not x86)
+extern const AttentionBlockKernel attention_block_avx2;
 
 }  // namespace river

@@ -113,13 +113,16 @@ def test_the_op_matches_a_float64_attention():
 
 
 def test_the_op_gives_a_row_the_same_bits_alone_and_on_any_thread_count():
-    q, k, v, mask = random_attention(n_tokens=7)
+    """37 rows: blocks of rows that share their tiles' conversion, the last one part full;
+    a row alone on 5 threads: its heads in parts."""
+    q, k, v, mask = random_attention(n_tokens=37)
     batch = own(q, k, v, mask, 0.125, n_threads=1)
     for n_threads in (2, 3, 5):
         assert np.array_equal(own(q, k, v, mask, 0.125, n_threads).view(np.uint32), batch.view(np.uint32))
-    for t in (0, 3, 6):
-        alone = own(q[t : t + 1], k, v, mask[t : t + 1], 0.125)
-        assert np.array_equal(alone.view(np.uint32), batch[t : t + 1].view(np.uint32))
+    for t in (0, 3, 17, 36):
+        for n_threads in (1, 5):
+            alone = own(q[t : t + 1], k, v, mask[t : t + 1], 0.125, n_threads)
+            assert np.array_equal(alone.view(np.uint32), batch[t : t + 1].view(np.uint32))
 
 
 @pytest.mark.parametrize("head, n_kv", [(8, 50), (24, 100), (64, 96), (256, 75)])
