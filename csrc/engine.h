@@ -58,7 +58,8 @@ struct EngineParams {
     // Attention over a cache in host memory by our own batch-invariant op
     // (own_attention.h); false: ggml's (a prompt's row then differs in the last bits
     // from the step that computes it alone). A cache on a device always takes ggml's.
-    bool own_attention = true;
+    // Off by default until its long-prompt speed is measured.
+    bool own_attention = false;
 };
 
 // Where time goes per graph: building and allocating it vs computing it.

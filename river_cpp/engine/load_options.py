@@ -80,7 +80,9 @@ class LoadOptions:
         repacked layouts (slower); False: ggml's kernels by batch size.
     own_attention: attention over a KV cache in host memory by river-cpp's own op (the
         graph backbone), whose every row is the same bits however a prompt is cut or
-        batched; False: ggml's (a cache on a device always takes ggml's).
+        batched, so a turn served from the cache is the cold conversation's; off by
+        default until its long-prompt speed is measured (docs/results.md); a cache on a
+        device always takes ggml's.
     adapt_threads: run one thread fewer per CPU that other processes keep busy
         (river_cpp._cpus.ThreadGovernor), so decoding keeps its share of a loaded machine.
     verbose: llama.cpp's and river-cpp's load logs on stderr.
@@ -102,7 +104,7 @@ class LoadOptions:
     rpc_servers: tuple[str, ...] = field(default=())
     reuse_graphs: bool = True
     exact: Union[bool, str] = True
-    own_attention: bool = True
+    own_attention: bool = False
     adapt_threads: bool = True
     verbose: bool = False
 

@@ -125,8 +125,7 @@ def test_forward_check_finds_identity_and_names_the_nodes(tiny_files):
     assert check.rows == 2 + 5 and check.identical_rows == check.rows
     assert check.logits == {2: 0.0, 5: 0.0}
     nodes = {row.node for row in check.nodes}
-    # attention over a host cache is one node of our own (csrc/own_attention.h), its output
-    assert {"attn_norm", "wq", "kqv_out", "ffn_gate", "result_output"} <= nodes
+    assert {"attn_norm", "wq", "kq", "kq_soft_max", "kqv", "ffn_gate", "result_output"} <= nodes
     assert all(row.first == 0 for row in check.nodes)
 
 
@@ -138,7 +137,7 @@ def test_forward_check_points_at_the_first_differing_node(tiny_files):
         pytest.skip("ggml's kernels on this host compute F16 batches as single rows")
     firsts = {row.node: row.first for row in check.nodes if row.first}
     assert sum(firsts.values()) == check.rows - check.identical_rows
-    assert set(firsts) <= {"wq", "wk", "wv", "kqv_out", "attn_out", "ffn_gate", "ffn_up", "ffn_out", "result_output"}
+    assert set(firsts) <= {"wq", "wk", "wv", "kq", "kqv", "attn_out", "ffn_gate", "ffn_up", "ffn_out", "result_output"}
 
 
 def test_op_table_lists_each_type_and_kernel(tiny_files):

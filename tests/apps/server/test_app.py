@@ -357,7 +357,7 @@ def test_a_client_that_disconnects_stops_its_generation(server, model, monkeypat
     monkeypatch.setattr(model, "forward", forward)
     status, _, answer = request(server.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
     assert status == 200 and answer["usage"]["completion_tokens"] >= 1
-    assert not model._lock.locked()
+    assert model._pool.in_use == 0  # every sequence given back
 
 
 def test_a_full_queue_answers_503_with_retry_after(model):
@@ -368,8 +368,8 @@ def test_a_full_queue_answers_503_with_retry_after(model):
         def call() -> None:
             answers.append(request(live.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0])
 
-        model._lock.acquire()  # the running request waits on the model, the next in the queue
-        try:
+        # this thread holds the model's sequence: the running request waits for it, the next in the queue
+        with model._pool.model_call():
             callers = [threading.Thread(target=call) for _ in range(2)]
             for caller in callers:
                 caller.start()
@@ -379,8 +379,6 @@ def test_a_full_queue_answers_503_with_retry_after(model):
             status, headers, answer = request(live.port, "POST", "/v1/completions", {"prompt": "Hi"})
             assert status == 503 and headers["retry-after"] == "1"
             assert answer["error"]["code"] == "server_busy"
-        finally:
-            model._lock.release()
         for caller in callers:
             caller.join(10)
         assert answers == [200, 200]
