@@ -162,7 +162,8 @@ def _turn(model: RiverModel, messages: list[dict], **sampling) -> tuple[list[int
 def test_a_chats_second_turn_from_the_cache_is_the_cold_conversations(demo_model, sampling):
     """The second turn reuses the first turn's positions, its answer's computed as steps;
     sent cold, the same conversation is one prompt. With our own products and attention
-    (own_attention=True; with ggml's attention this fails) the two are the same bits, so the answer does not depend on what was cached."""
+    (own_attention=True; with ggml's attention this fails) the two are the same bits,
+    so the answer does not depend on what was cached."""
     questions = ["Name a river in Europe.", "Write one sentence about water.", "What is 2 + 3?"]
     options = dict(river=None, n_ctx=512, n_threads=2, progress=False, own_attention=True)
     with RiverModel(demo_model, prompt_cache=True, **options) as warm, RiverModel(demo_model, **options) as cold:
