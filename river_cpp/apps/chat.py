@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, TextIO
 
 from river_cpp.decoding.decision import Decoding
+from river_cpp.decoding.draft_guard import RoundTimes
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationResult
 from river_cpp.decoding.sampling import SamplingParams
+from river_cpp.decoding.speculative_stats import SpeculativeStats
 from river_cpp.engine.policy import ExitPolicy
 
 HELP = """commands:
@@ -137,6 +139,10 @@ class ChatSession:
             f"generation: {generated / seconds if seconds > 0 else 0.0:.1f} tokens/s over the conversation",
             f"decode: {self.describe_decode()}",
         ]
+        drafted = [r.speculative for r in done if r.speculative is not None]
+        if drafted:  # the footer's estimate, over every drafted turn's rounds
+            rounds = SpeculativeStats(round_times=sum((s.round_times for s in drafted), RoundTimes()))
+            lines.append(rounds.speed_summary() or "speed: no round drafted, so no estimate against plain decoding")
         if stats.n_tokens:
             lines.append(
                 "exit depth histogram: "
@@ -176,6 +182,9 @@ def footer(turn: Turn, n_layer: int) -> str:
     parts = [f"{len(turn.exit_layers)} tokens", prompt, f"generation {speed}", exits]
     if r is not None and r.speculative is not None:
         parts.append(f"{100 * r.speculative.acceptance_rate:.0f}% of drafts accepted")
+        speedup = r.speculative.round_times.speedup()
+        if speedup is not None:
+            parts.append(f"about {speedup:.2f}x plain decoding")
     if turn.dropped_turns:
         parts.append(f"{turn.dropped_turns} oldest exchange(s) dropped to fit the context")
     return "[" + " | ".join(parts) + "]"

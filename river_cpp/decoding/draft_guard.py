@@ -33,7 +33,7 @@ the request's own estimate of its speed against plain decoding (RoundTimes).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from statistics import median
 from typing import AbstractSet, Mapping, Optional
 
@@ -67,6 +67,10 @@ class RoundTimes:
             return None
         per_token = self.plain_seconds / self.plain_tokens
         return per_token * (self.plain_tokens + self.drafted_tokens) / (self.plain_seconds + self.drafted_seconds)
+
+    def __add__(self, other: RoundTimes) -> RoundTimes:
+        """Both requests' rounds together (a chat's turns, for its estimate over the conversation)."""
+        return RoundTimes(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
 
 class RoundGuard:

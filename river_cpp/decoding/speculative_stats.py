@@ -57,8 +57,8 @@ class SpeculativeStats:
 
     def summary(self) -> str:
         """One line: what was drafted and kept, by source, in words a first run reads."""
-        sources = ", ".join(
-            f"{'plain (no draft)' if name == PLAIN else name} {s.rounds} round{'' if s.rounds == 1 else 's'}"
+        sources = "; ".join(
+            f"{source_words(name)}: {s.rounds} round{'' if s.rounds == 1 else 's'}"
             + (f", {s.drafted} drafted ({100 * s.acceptance_rate:.0f}% kept)" if s.drafted else "")
             for name, s in sorted(self.by_source.items())
         )
@@ -70,7 +70,7 @@ class SpeculativeStats:
         return (
             f"speculative: {self.drafted} drafted, {self.accepted} kept "
             f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_round:.2f} tokens per backbone forward"
-            + (f"; {sources}" if sources else "")
+            + (f". By source: {sources}" if sources else "")
             + (f"; {_paused_drafts(self.guard_rested)}" if self.guard_rested else "")
             + (f"; {', '.join(indexes)}" if indexes else "")
         )
@@ -103,12 +103,36 @@ class SpeculativeStats:
             self.by_source[name].accepted += accepted
 
 
+# What each kind of statistics' name (river_cpp.decoding.drafts: "ngram3", "copy2",
+# "memory4", ...) stands for, in the words of a first run.
+_KIND_WORDS = {
+    "ngram": "repeats in the text",
+    "copy": "repeats in the text, copied into river drafts",
+    "memory": "earlier calls",
+    "corpus": "the corpus",
+    "river": "the river",
+    "model": "the draft model",
+    PLAIN: "no draft (plain steps)",
+}
+
+
+def _kind(name: str) -> Optional[str]:
+    return next((k for k in _KIND_WORDS if name.startswith(k)), None)
+
+
+def source_words(name: str) -> str:
+    """A statistics' name in plain words: "ngram3" -> "repeats in the text (3-token matches)"."""
+    kind = _kind(name)
+    if kind is None:
+        return name
+    length = name[len(kind) :]
+    return _KIND_WORDS[kind] + (f" ({length}-token matches)" if length.isdigit() else "")
+
+
 def _paused_drafts(rested: set[str]) -> str:
-    """Which drafts the round guard paused, in words a first run reads (it names its
-    sources by kind and match length, "ngram3", "memory4", and ALL: drafting as a whole)."""
-    kinds = {"ngram": "n-gram drafts", "copy": "n-gram drafts", "memory": "drafts from earlier calls"}
-    kinds.update(corpus="drafts from the corpus", river="river drafts", model="the draft model's drafts")
-    named = sorted({next((v for k, v in kinds.items() if name.startswith(k)), name) for name in rested - {ALL}})
+    """Which drafts the round guard paused, by kind (ALL: drafting as a whole)."""
+    kinds = {"ngram" if _kind(name) == "copy" else _kind(name) for name in rested - {ALL}}
+    named = sorted(f"drafts from {_KIND_WORDS[k]}" if k else "other drafts" for k in kinds)
     if ALL in rested:
         named.append("all drafts")
     return f"{' and '.join(named)} paused for a while: they were slower than plain decoding here"

@@ -37,6 +37,18 @@ def test_a_second_turn_reuses_the_first_turns_prompt(model):
     assert "turns: 2" in session.stats()
 
 
+def test_stats_gives_the_footers_speed_estimate(demo_backbone):
+    # n-gram drafts alone, on the story generate's footer test tells: some rounds draft
+    # and most decode plain, so there is an estimate to show
+    with RiverModel(demo_backbone, n_ctx=1024, n_threads=2, river=None) as demo:
+        session = ChatSession(demo, max_tokens=96, sampling=SamplingParams(temperature=0.0))
+        turn = session.ask("Tell me a story about a river.", lambda text: None)
+        speedup = turn.result.speculative.round_times.speedup()
+        assert speedup is not None
+        assert f"about {speedup:.2f}x plain decoding" in footer(turn, demo.n_layer)
+        assert f"speed: about {speedup:.2f}x plain decoding (an estimate" in session.stats()
+
+
 @pytest.mark.slow
 def test_old_exchanges_are_dropped_to_fit_the_context(model):
     session = ChatSession(model, max_tokens=8, sampling=SamplingParams(temperature=0.0))

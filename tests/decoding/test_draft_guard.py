@@ -13,6 +13,7 @@ from river_cpp.decoding.draft_guard import ALL, RoundGuard, RoundTimes
 from river_cpp.decoding.draft_length import PLAIN
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
+from river_cpp.decoding.speculative_stats import SourceStats, source_words
 
 
 def test_a_losing_source_rests_and_a_winning_one_does_not():
@@ -176,7 +177,7 @@ def test_the_guard_rests_drafts_whose_whole_rounds_lose(monkeypatch):
     assert unguarded_tokens == guarded_tokens == expected
     assert unguarded.guard_rests == 0 and guarded.guard_rests > 0
     assert guarded_time < unguarded_time
-    assert "n-gram drafts and all drafts paused for a while: they were slower than plain" in guarded.summary()
+    assert "drafts from repeats in the text and all drafts paused for a while" in guarded.summary()
     # Plain decoding costs this model one tick a token: the footer's estimate, from the
     # request's own plain rounds, is the speed the clock saw against that.
     speed = (N_TOKENS - 1) / (guarded_time - 1.0)  # less the prompt's forward and its token
@@ -215,11 +216,22 @@ def test_the_footer_says_how_fast_against_plain_and_which_drafts_paused():
     assert speed.startswith("speed: about 2.00x plain decoding (an estimate")
     assert "10.0 tokens/s" in speed and "30.0 tokens/s" in speed
     summary = stats.summary()
-    assert "n-gram drafts paused for a while: they were slower than plain decoding here" in summary
+    assert "drafts from repeats in the text paused for a while: they were slower than plain decoding" in summary
     assert "rested" not in summary and "24 kept" in summary
     assert SpeculativeStats().speed_summary() is None  # nothing drafted: the footer says so otherwise
     few = SpeculativeStats(drafted=3, round_times=RoundTimes(1, 1, 0.1, 3, 0.1))
     assert few.speed_summary().startswith("speed: not estimated")
+
+
+def test_the_summary_names_each_source_in_plain_words():
+    by_source = {"ngram3": SourceStats(2, 6, 4), "memory4": SourceStats(1, 4, 4), "plain": SourceStats(5)}
+    summary = SpeculativeStats(rounds=8, drafted=10, accepted=8, by_source=by_source).summary()
+    assert "repeats in the text (3-token matches): 2 rounds, 6 drafted (67% kept)" in summary
+    assert "earlier calls (4-token matches): 1 round, 4 drafted (100% kept)" in summary
+    assert "no draft (plain steps): 5 rounds" in summary
+    assert "ngram" not in summary and "memory4" not in summary  # no private names left
+    assert source_words("copy2") == "repeats in the text, copied into river drafts (2-token matches)"
+    assert source_words("river") == "the river" and source_words("model") == "the draft model"
 
 
 @pytest.fixture(autouse=True)

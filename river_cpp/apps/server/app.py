@@ -192,12 +192,18 @@ class Server:
         )
 
     async def health(self, request: Request) -> Response:
-        """GET /health: 200 once loaded, 503 while loading, 500 when loading failed."""
+        """GET /health: 200 once loaded (with the slots idle and processing, as llama-server
+        reports them, and `queued`: requests running or waiting), 503 while loading, 500
+        when loading failed."""
         if self.worker.load_error is not None:
             return JSONResponse({"status": "error", "error": str(self.worker.load_error)}, status_code=500)
         if not self.worker.ready.is_set():
             return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "1"})
-        return JSONResponse({"status": "ok", "queued": self.worker.pending})
+        slots, pending = self.worker.slots, self.worker.pending
+        processing = min(slots, pending)
+        return JSONResponse(
+            {"status": "ok", "queued": pending, "slots_idle": slots - processing, "slots_processing": processing}
+        )
 
     async def models(self, request: Request) -> Response:
         """GET /v1/models: the one model, with its shape once it is loaded."""

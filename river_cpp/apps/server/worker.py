@@ -121,6 +121,12 @@ class ModelWorker:
             runner.join(timeout)
 
     @property
+    def slots(self) -> int:
+        """Sequences of the model's KV cache: requests that run at once (the API's and the
+        startup line's word, as llama-server's)."""
+        return getattr(self.model, "n_seq_max", 1)
+
+    @property
     def pending(self) -> int:
         """Jobs running or waiting."""
         with self._count_lock:
@@ -150,7 +156,7 @@ class ModelWorker:
             runner.start()
         kv = getattr(self.model, "kv_bytes_per_sequence", None)
         print(
-            f"river-cpp serve: loaded; {getattr(self.model, 'n_seq_max', 1)} request(s) at once, "
+            f"river-cpp serve: loaded; {self.slots} slot(s) (requests that run at once), "
             f"{getattr(self.model, 'n_ctx', '?')} positions each"
             + (f", KV cache {kv / 2**20:.1f} MiB per slot" if kv else "")
             + f"; {self.capacity - self.parallel} may wait",

@@ -211,6 +211,8 @@ def test_models_and_health(client, server, model):
     assert entry.model_dump()["river"] == {"n_layer": model.n_layer, "n_ctx": N_CTX, "has_river": model.has_river}
     status, _, body = request(server.port, "GET", "/health")
     assert status == 200 and body["status"] == "ok"
+    slots = getattr(model, "n_seq_max", 1)  # the word the startup line uses too
+    assert body["slots_idle"] + body["slots_processing"] == slots and body["queued"] >= body["slots_processing"]
 
 
 def test_context_overflow_is_a_400_with_token_counts(client, server):

@@ -81,7 +81,7 @@ def test_a_worker_with_parallel_2_runs_two_jobs_at_once(capfd):
         assert worker.pending == 0 and not model.barrier.broken
     finally:
         loop.close()
-    assert "2 request(s) at once" in capfd.readouterr().err
+    assert "2 slot(s) (requests that run at once)" in capfd.readouterr().err
 
 
 @pytest.mark.usefixtures("stand_in_completions")
