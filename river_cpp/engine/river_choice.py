@@ -283,10 +283,7 @@ def choose_river(
     timer = timer or time_costs
     cache = _cache_path(path, n_threads)
     identity = file_identity(path)
-    timings = None if retime else _provisional_timings(cache, identity) or _read_cache(cache, identity)
-    if timings is None:
-        timings = _timed(timer, path, (), n_threads, cpu_ticks)
-        _keep(cache, identity, timings)
+    timings = backbone_timings(path, n_threads=n_threads, timer=timer, retime=retime, cpu_ticks=cpu_ticks)
     built = []  # rivers built here to be timed
     while True:
         choice = weigh(backbone_type, backbone_bytes, river_bytes, timings)
@@ -301,6 +298,27 @@ def choose_river(
         timings = timings.with_costs(_timed(timer, path, (river,), n_threads, cpu_ticks))
         _keep(cache, identity, timings)
         built.append(river)
+
+
+def backbone_timings(
+    model_path: Union[str, os.PathLike],
+    *,
+    n_threads: int,
+    timer: Optional[Callable[..., Timings]] = None,
+    retime: bool = False,
+    cpu_ticks: Callable[[], Optional[CpuTicks]] = read_cpu_ticks,
+) -> Timings:
+    """The backbone's verify curve on `n_threads` threads (with whatever river costs are
+    cached beside it): this process's provisional timing or the cache's, else timed now
+    and kept (choose_river's first step; river_cpp.engine.parallel_choice reads it too)."""
+    path = Path(model_path)
+    cache = _cache_path(path, n_threads)
+    identity = file_identity(path)
+    timings = None if retime else _provisional_timings(cache, identity) or _read_cache(cache, identity)
+    if timings is None:
+        timings = _timed(timer or time_costs, path, (), n_threads, cpu_ticks)
+        _keep(cache, identity, timings)
+    return timings
 
 
 def _timed(

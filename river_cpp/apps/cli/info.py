@@ -48,19 +48,23 @@ def run(args: argparse.Namespace) -> int:
     from river_cpp.apps.info import format_system_info, system_info
 
     info = system_info(reprobe=args.reprobe)
-    backbone = choice = None
+    backbone = choice = parallel = None
     if args.model is not None:
         from river_cpp._cpus import default_n_threads
         from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
         from river_cpp.engine.own_products import NONE, model_products, own_products
+        from river_cpp.engine.parallel_choice import choose_parallel
         from river_cpp.engine.river_choice import choose_river
 
         backbone = choose_backbone(args.model)
         info["backbone"] = {"kind": backbone.kind, "arch": backbone.arch, "reason": backbone.reason}
         info["backbone"]["products"] = model_products(args.model, own_products() if backbone.kind == GRAPH else NONE)
         if backbone.kind == GRAPH:
-            choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
+            n_threads = args.threads or default_n_threads()
+            choice = choose_river(args.model, n_threads=n_threads, retime=args.retime)
             info["river_choice"] = choice.as_dict()
+            parallel = choose_parallel(args.model, n_threads=n_threads)  # on the timing just read or taken
+            info["parallel"] = parallel.as_dict()
             from river_cpp.engine import _core
 
             info["backbone"]["kv_bytes_per_sequence"] = _core.kv_cache_bytes(args.model, KV_SHOWN_N_CTX)
@@ -90,4 +94,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"memory: {memory} ({MEMORY_NOTES[memory]})")
         if choice is not None:
             print(choice.describe())
+        if parallel is not None:
+            print(f"{parallel.describe()} (`serve --parallel auto`)")
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from typing import Union
 
-from river_cpp.apps.cli._common import add_prompt_cache_argument, prompt_cache_bytes
+from river_cpp.apps.cli._common import add_prompt_cache_argument, model_path, prompt_cache_bytes
 from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, cli_decoding, open_model
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
@@ -27,10 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     # Defaults are ServerConfig's (not imported here: the server extra may be missing).
     p.add_argument(
         "--parallel",
-        type=int,
-        metavar="N",
-        help="requests run at once, each on its own sequence of n-ctx positions, their forwards batched"
-        " together; each answer is the one it would be alone (default 4)",
+        type=_parallel,
+        default="auto",
+        metavar="N|auto",
+        help="requests run at once (slots), each on its own sequence of n-ctx positions, their forwards batched"
+        " together; each answer is the one it would be alone. auto (default): up to 4, as many as a batched"
+        " step serves for less than their separate steps on this file and host (timed once, cached)",
     )
     p.add_argument(
         "--queue", type=int, metavar="N", help="requests that may wait while --parallel run; more get 503 (default 8)"
@@ -73,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
         from river_cpp.apps.server import ServerConfig, serve
     except ImportError as error:
         raise ValueError(f"river-cpp serve needs the server extra: pip install 'river-cpp[server]' ({error})") from None
-    limits = {"parallel": args.parallel, "queue_size": args.queue, "max_body_bytes": args.max_body_bytes}
+    parallel = args.parallel
+    if parallel == "auto":
+        parallel = _auto_parallel(args)
+    limits = {"parallel": parallel, "queue_size": args.queue, "max_body_bytes": args.max_body_bytes}
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -92,3 +99,27 @@ def run(args: argparse.Namespace) -> int:
     model_id = args.alias or os.path.basename(args.model)
     serve(lambda: open_model(args, chosen, prompt_cache=prompt_cache, n_seq_max=config.parallel), config, model_id)
     return 0
+
+
+def _parallel(value: str) -> Union[int, str]:
+    """--parallel's value: "auto" or a number (ServerConfig checks that it is positive)."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--parallel takes a number or auto, got {value!r}") from None
+
+
+def _auto_parallel(args: argparse.Namespace) -> int:
+    """The slots `--parallel auto` runs (river_cpp.engine.parallel_choice), said on stderr;
+    one on llama.cpp's backbone, which serves one sequence at a time."""
+    from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
+    from river_cpp.engine.parallel_choice import choose_parallel
+
+    args.model = model_path(args.model, args.hf_repo)
+    if choose_backbone(args.model, args.engine).kind != GRAPH:
+        return 1
+    choice = choose_parallel(args.model, n_threads=args.threads)
+    print(f"river-cpp serve: {choice.describe()}", file=sys.stderr, flush=True)
+    return choice.slots
