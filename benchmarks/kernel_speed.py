@@ -12,7 +12,7 @@ interleaved round after round so that a slow stretch of the machine falls on all
 Per engine and round: a prompt of each --prompts length (one forward, the last row's
 logits), --steps one-token steps after a 64-token prompt, and verifies of 4 and 8
 positions (logits at each) after a 512-token prompt, rewound, against a one-token step
-there; and the process's peak resident memory. Token ids are drawn at random from the
+there (--context N: both after a prompt of N tokens, for long contexts' attention); and the process's peak resident memory. Token ids are drawn at random from the
 ordinary vocabulary: a product's cost does not depend on which tokens it multiplies.
 Medians over rounds; ratios against llama-cpp-python.
 """
@@ -26,7 +26,15 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from river_bench.kernel_speed import ENGINES, child, measure, report, summarize
+from river_bench.kernel_speed import (
+    ENGINES,
+    STEP_CONTEXT,
+    VERIFY_CONTEXT,
+    child,
+    measure,
+    report,
+    summarize,
+)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -36,12 +44,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("-r", "--rounds", type=int, default=3)
     p.add_argument("--prompts", type=int, nargs="+", default=[512, 2048], help="prompt lengths")
     p.add_argument("--steps", type=int, default=32, help="one-token steps timed")
+    p.add_argument(
+        "--context",
+        type=int,
+        metavar="N",
+        help="time steps and verifies after a prompt of N tokens (default: steps after 64, verifies after 512)",
+    )
     p.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
     p.add_argument("--json", help="write the results here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.model, args.threads, args.prompts, args.steps)))
+        print(json.dumps(measure(args.child, args.model, args.threads, args.prompts, args.steps, args.context)))
         return 0
 
     load_before = os.getloadavg()[0]
@@ -52,12 +66,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load_after = os.getloadavg()[0]
     summary = summarize(rounds, args.prompts)
     print(report(summary))
+    step_context, verify_context = (args.context or STEP_CONTEXT), (args.context or VERIFY_CONTEXT)
+    print(f"steps after {step_context} cached positions, verifies after {verify_context}")
     print(f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}")
     if args.json:
         document = {
             "model": Path(args.model).name,
             "threads": args.threads,
             "rounds": args.rounds,
+            "context": {"step": step_context, "verify": verify_context},
             "load": [load_before, load_after],
             "summary": summary,
         }

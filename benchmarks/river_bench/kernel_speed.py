@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -23,15 +23,20 @@ ENGINES = {
     "llama-cpp-python": ({}, {}),
 }
 VERIFY_SIZES = (1, 4, 8)
-VERIFY_CONTEXT = 512
+STEP_CONTEXT = 64  # cached positions steps are timed after, unless --context says
+VERIFY_CONTEXT = 512  # ... and verifies
 
 
-def measure(engine: str, model: str, threads: int, prompts: Sequence[int], steps: int) -> dict:
-    """One round of one engine, in this process."""
+def measure(
+    engine: str, model: str, threads: int, prompts: Sequence[int], steps: int, context: Optional[int] = None
+) -> dict:
+    """One round of one engine, in this process. Steps follow a prompt of `context`
+    tokens (default STEP_CONTEXT) and verifies one of `context` too (default VERIFY_CONTEXT)."""
     from river_cpp.measure.llama_peer import LlamaCppPeer
     from river_cpp.model import RiverModel
 
-    n_ctx = max(max(prompts), VERIFY_CONTEXT + 16) + 64
+    step_context, verify_context = context or STEP_CONTEXT, context or VERIFY_CONTEXT
+    n_ctx = max(max(prompts), step_context + steps, verify_context + max(VERIFY_SIZES)) + 64
     if engine == "llama-cpp-python":
         backbone = LlamaCppPeer(Path(model), n_ctx=n_ctx, n_threads=threads)
     else:
@@ -51,16 +56,21 @@ def measure(engine: str, model: str, threads: int, prompts: Sequence[int], steps
             backbone.forward(list(tokens), last_only=kind == "step", route="backbone")
         return time.perf_counter() - start
 
-    result: dict = {"prompt_s": {}}
+    def after_prompt(n: int) -> int:
+        """The cache holding ids[:n] (a long prompt just timed is kept, not fed again)."""
+        if backbone.n_past != n:
+            backbone.reset()
+            timed(ids[:n], "prompt")
+        return backbone.n_past
+
+    result: dict = {"prompt_s": {}, "context": {"step": step_context, "verify": verify_context}}
     for n in prompts:
         backbone.reset()
         result["prompt_s"][n] = timed(ids[:n], "prompt")
-    backbone.reset()
-    timed(ids[:64], "prompt")
-    result["step_s"] = float(np.median([timed(ids[64 + i : 65 + i], "step") for i in range(steps)]))
-    backbone.reset()
-    timed(ids[:VERIFY_CONTEXT], "prompt")
-    base = backbone.n_past
+    base = after_prompt(step_context)
+    result["step_s"] = float(np.median([timed(ids[base + i : base + i + 1], "step") for i in range(steps)]))
+    backbone.rewind(base)
+    base = after_prompt(verify_context)
     result["verify_s"] = {}
     for n in VERIFY_SIZES:
         times = []
@@ -77,6 +87,7 @@ def child(script: str, args: argparse.Namespace, engine: str) -> dict:
     env = {**os.environ, **ENGINES[engine][0]}
     command = [sys.executable, script, "--child", engine, "-m", args.model, "-t", str(args.threads)]
     command += ["--steps", str(args.steps), "--prompts", *map(str, args.prompts)]
+    command += ["--context", str(args.context)] if args.context else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
