@@ -12,8 +12,9 @@ interleaved round after round so that a slow stretch of the machine falls on all
 Per engine and round: a prompt of each --prompts length (one forward, the last row's
 logits), --steps one-token steps after a 64-token prompt, and verifies of 4 and 8
 positions (logits at each) after a 512-token prompt, rewound, against a one-token step
-there (--context N: both after a prompt of N tokens, for long contexts' attention); and the process's peak resident memory. Token ids are drawn at random from the
-ordinary vocabulary: a product's cost does not depend on which tokens it multiplies.
+there (--context N: both after a prompt of N tokens, for long contexts' attention); and
+the process's peak resident memory. Token ids are drawn at random from the ordinary
+vocabulary: a product's cost does not depend on which tokens it multiplies.
 Medians over rounds; ratios against llama-cpp-python.
 """
 
