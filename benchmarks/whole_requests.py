@@ -28,7 +28,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_model_argument(p, help="GGUF model (the issue's figures: the 1.5B Q4_K_M release)")
     add_threads_argument(p)
-    p.add_argument("--workload", nargs="+", choices=whole_requests.WORKLOADS, default=list(whole_requests.WORKLOADS))
+    p.add_argument(
+        "--workload",
+        nargs="+",
+        choices=whole_requests.WORKLOADS,
+        default=list(whole_requests.DEFAULT_WORKLOADS),
+        help="tasks, alternate and disk by default; long: documents of about 4k and 8k tokens (n-ctx 10240)",
+    )
     p.add_argument(
         "--configs",
         nargs="+",
@@ -45,9 +51,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         metavar="BYTES",
         help="our models' prompt cache in the alternate workload (RAM bytes; 0: none); tasks always run without",
     )
-    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--n-ctx", type=int, help="context (default 4096; 10240 with the long workload)")
     p.add_argument("--json", type=Path, help="write the summaries and every request's timings here")
     args = p.parse_args(argv)
+    if args.n_ctx is None:
+        args.n_ctx = whole_requests.LONG_N_CTX if "long" in args.workload else 4096
 
     configs = whole_requests.open_configs(args.model, args.configs, n_ctx=args.n_ctx, n_threads=args.threads)
     from river_cpp.engine._ggml import set_ggml_verbosity
@@ -62,8 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         for workload in args.workload:
             print(f"## {workload}")
-            if workload == "tasks":
-                _, chosen = whole_requests.load_set()
+            if workload in ("tasks", "long"):
+                _, chosen = whole_requests.load_set(key="long_tasks" if workload == "long" else "tasks")
                 if args.tasks:
                     chosen = [t for t in chosen if t.name in args.tasks]
                 if args.max_tokens:

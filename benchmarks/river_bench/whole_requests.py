@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 DATA = Path(__file__).resolve().parent / "data" / "long_inputs"
-WORKLOADS = ("tasks", "alternate", "disk")
+WORKLOADS = ("tasks", "alternate", "disk", "long")
+DEFAULT_WORKLOADS = ("tasks", "alternate", "disk")  # "long": documents of 4k and 8k tokens, asked for by name
+LONG_N_CTX = 10240  # the long workload's context: its 8k document, a request and an answer
 CONFIGS = ("plain", "default", "llama", "llama-ram")
 LLAMA_RAM_BYTES = 2 << 30  # LlamaRAMCache's capacity in `alternate`: the two documents' states fit
 # The alternating app's follow-up turns, one per document.
@@ -57,14 +59,15 @@ class Task:
     max_tokens: int
 
 
-def load_set(data: Path = DATA) -> tuple[dict[str, str], list[Task]]:
-    """(document name -> its text with its introduction, the tasks) of tasks.json."""
+def load_set(data: Path = DATA, key: str = "tasks") -> tuple[dict[str, str], list[Task]]:
+    """(document name -> its text with its introduction, the tasks under `key`: "tasks",
+    the default set, or "long_tasks") of tasks.json."""
     spec = json.loads((data / "tasks.json").read_text(encoding="utf-8"))
     documents = {
         name: d["intro"].format(content=(data / d["file"]).read_text(encoding="utf-8"))
         for name, d in spec["documents"].items()
     }
-    tasks = [Task(**t) for t in spec["tasks"]]
+    tasks = [Task(**t) for t in spec[key]]
     for task in tasks:
         if task.document not in documents:
             raise ValueError(f"task {task.name!r} names an unknown document {task.document!r}")

@@ -11,15 +11,19 @@ from river_bench.whole_requests import DATA, FOLLOW_UPS, Timing, load_set, summa
 
 def test_the_long_input_set_is_complete():
     documents, tasks = load_set()
-    assert {t.document for t in tasks} == set(documents)
+    _, long_tasks = load_set(key="long_tasks")
+    assert {t.document for t in tasks + long_tasks} == set(documents)
     assert {t.kind for t in tasks} == {"question", "quote", "edit", "fresh"}
     assert set(FOLLOW_UPS) <= set(documents)
     readme = (DATA / "README.md").read_text(encoding="utf-8")
     for name, text in documents.items():
         assert len(text) > 4000, name  # long inputs: over a thousand tokens in any vocabulary
-    for file in ("fnmatch.py.txt", "sched.py.txt", "Apache-2.0.txt"):
+    for file in ("fnmatch.py.txt", "sched.py.txt", "Apache-2.0.txt", "textwrap.py.txt", "random.py.txt"):
         assert file in readme and (DATA / file).is_file()
     assert "licence" in readme.lower()
+    # the long workload's documents: about 4k and 8k tokens (over 3 characters a token)
+    assert all(len(documents[t.document]) > 3 * 4000 for t in long_tasks)
+    assert max(len(documents[t.document]) for t in long_tasks) > 3 * 8000
     messages = task_messages(documents, tasks[0])
     assert messages[0]["content"].startswith(documents[tasks[0].document])  # the document first
 
