@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
-from river_cpp.engine.river import DEFAULT_RIVER_TYPE
+from river_cpp.engine.files.river import DEFAULT_RIVER_TYPE
 from river_cpp.model import RiverModel
 
 from river_bench.draft_vocab import coverages, head_costs

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from river_cpp.engine import _core
-from river_cpp.engine.own_products import COVERED
+from river_cpp.engine.probes.own_products import COVERED
 
 from river_bench import kernel_roofline as roofline
 

@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from river_cpp import RiverModel
-from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
+from river_cpp.engine.decisions.round_cost import DEFAULT_MAX_DRAFT
 
 from river_bench.repeated_work import (
     SETS,

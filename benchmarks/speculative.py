@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 from river_cpp.apps.cli._common import add_threads_argument
 from river_cpp.decoding.presets import LOSSLESS
 from river_cpp.decoding.speculative_options import DEFAULT_DRAFT, DEFAULT_DRAFT_VOCAB, DRAFTS
-from river_cpp.engine.river import DEFAULT_RIVER_TYPE
+from river_cpp.engine.files.river import DEFAULT_RIVER_TYPE
 
 from river_bench import lossless, options
 from river_bench.prompts import prompt_set

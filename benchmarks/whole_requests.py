@@ -59,7 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     configs = whole_requests.open_configs(args.model, args.configs, n_ctx=args.n_ctx, n_threads=args.threads)
     from river_cpp.engine._ggml import set_ggml_verbosity
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
 
     set_ggml_verbosity(False)
     tokenizer = Tokenizer(os.fspath(args.model))

@@ -28,13 +28,13 @@ wait_policy()
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "ContextOverflowError": "river_cpp.engine.context",
-    "ExitPolicy": "river_cpp.engine.policy",
+    "ContextOverflowError": "river_cpp.engine.compute.context",
+    "ExitPolicy": "river_cpp.engine.compute.policy",
     "ExitStats": "river_cpp.decoding.exit_stats",
     "GenerationChunk": "river_cpp.decoding.generation",
     "GenerationResult": "river_cpp.decoding.generation",
-    "Llama": "river_cpp.apps.llama",
-    "LoadOptions": "river_cpp.engine.load_options",
+    "Llama": "river_cpp.apps.dropin.llama",
+    "LoadOptions": "river_cpp.engine.compute.load_options",
     "RiverError": "river_cpp.engine._core",
     "RiverModel": "river_cpp.model",
     "SamplingParams": "river_cpp.decoding.sampling",
@@ -77,8 +77,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
+    from river_cpp.apps.dropin.llama import Llama
     from river_cpp.apps.info import system_info
-    from river_cpp.apps.llama import Llama
     from river_cpp.apps.patch import patch_llama_cpp
     from river_cpp.decoding.exit_stats import ExitStats
     from river_cpp.decoding.generation import GenerationChunk, GenerationResult
@@ -86,7 +86,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from river_cpp.decoding.speculative_options import Speculative
     from river_cpp.decoding.speculative_stats import SpeculativeStats
     from river_cpp.engine._core import RiverError
-    from river_cpp.engine.context import ContextOverflowError
-    from river_cpp.engine.load_options import LoadOptions
-    from river_cpp.engine.policy import ExitPolicy
+    from river_cpp.engine.compute.context import ContextOverflowError
+    from river_cpp.engine.compute.load_options import LoadOptions
+    from river_cpp.engine.compute.policy import ExitPolicy
     from river_cpp.model import RiverModel

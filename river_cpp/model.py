@@ -1,7 +1,7 @@
 """RiverModel: the object a user holds, a facade over a backbone and decoding.
 
 The backbone computes (river_cpp.engine: river-cpp's graph with its river, or llama.cpp's
-own context for the architectures the graph does not build; river_cpp.engine.backbone_choice
+own context for the architectures the graph does not build; river_cpp.engine.decisions.backbone_choice
 decides which); this class adds the decoding defaults, text, argument checking, the lock
 its calls serialize on, and the generation loop from river_cpp.decoding.generation.
 """
@@ -30,14 +30,14 @@ from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
 from river_cpp.engine import _core
-from river_cpp.engine.graph_backbone import GraphBackbone
-from river_cpp.engine.llama_backbone import LlamaCppBackbone
-from river_cpp.engine.load_options import LoadOptions
-from river_cpp.engine.loading import check_model_path, open_backbone
-from river_cpp.engine.policy import ExitPolicy
-from river_cpp.engine.prompt_cache import PromptCache, make_prompt_cache
-from river_cpp.engine.sequences import Lease, SequencePool
-from river_cpp.engine.tokenizer import Tokenizer
+from river_cpp.engine.compute.graph_backbone import GraphBackbone
+from river_cpp.engine.compute.llama_backbone import LlamaCppBackbone
+from river_cpp.engine.compute.load_options import LoadOptions
+from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.prompt_cache import PromptCache, make_prompt_cache
+from river_cpp.engine.compute.sequences import Lease, SequencePool
+from river_cpp.engine.compute.tokenizer import Tokenizer
+from river_cpp.engine.decisions.loading import check_model_path, open_backbone
 
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
 
@@ -80,7 +80,7 @@ class RiverModel:
             may override them for itself.
         seed: the sampling seed of calls that name none (None: fresh entropy).
         prompt_cache: keep the KV states of earlier requests and reuse the longest
-            cached prefix of each prompt (river_cpp.engine.prompt_cache): None (default)
+            cached prefix of each prompt (river_cpp.engine.compute.prompt_cache): None (default)
             or False: only the sequence the model holds; True: a PromptCache in RAM
             (2 GiB); an int: one of that many bytes; a folder: RAM and a disk tier there;
             or a PromptCache, which several models may share. Settable later.
@@ -101,7 +101,7 @@ class RiverModel:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        # The sequences generations lease (river_cpp.engine.sequences): a generation
+        # The sequences generations lease (river_cpp.engine.compute.sequences): a generation
         # holds one from its first token until it is exhausted or closed; the model's
         # own calls hold sequence 0 for the call. With one sequence, generations of
         # other threads take turns, and those of this thread take it over in turn.
@@ -178,7 +178,7 @@ class RiverModel:
 
     @property
     def placement(self):
-        """Where the graph backbone's weights live (river_cpp.engine.placement.Placement);
+        """Where the graph backbone's weights live (river_cpp.engine.compute.placement.Placement);
         None on llama.cpp's backbone, which places them itself."""
         return getattr(self._backbone, "placement", None)
 
@@ -363,7 +363,7 @@ class RiverModel:
 
         Returns float32 of shape [len(ids), n_vocab], or [1, n_vocab] for the last
         position only when `last_only` (what generation needs). `route` picks the
-        weights (river_cpp.engine.backbone.ROUTES): by default a multi-token forward
+        weights (river_cpp.engine.compute.backbone.ROUTES): by default a multi-token forward
         is a prompt (the full backbone unless prefill="exit") and one token a decode
         step (the exit policy). With an exit, the batch leaves at one depth; see
         last_exit_layers. `policy`: the exit policy of this forward (None: the
@@ -406,7 +406,7 @@ class RiverModel:
         speculative=False, plain decoding under the model's policy. `decoding`: an
         already resolved Decoding instead of those options.
         Holds a sequence of the model from its first token until it ends (a stream:
-        until it is exhausted or closed), taken then (river_cpp.engine.sequences): a free
+        until it is exhausted or closed), taken then (river_cpp.engine.compute.sequences): a free
         one, waiting while every one is in another thread's generations. Generations on
         several threads run at once, their forwards batched together, each answer as it
         would be alone; with one sequence (n_seq_max=1, the default) they take turns.
@@ -482,8 +482,8 @@ class RiverModel:
         case-insensitive (e.g. "*Q8_0.gguf"; None: the repository's one GGUF). The
         file is downloaded into huggingface_hub's cache unless it is there already;
         HF_HUB_OFFLINE=1 reads the cache only. Other keyword arguments go to
-        RiverModel(). Needs the `[hf]` extra; see river_cpp.engine.hub.
+        RiverModel(). Needs the `[hf]` extra; see river_cpp.engine.files.hub.
         """
-        from river_cpp.engine.hub import download
+        from river_cpp.engine.files.hub import download
 
         return cls(download(repo_id, filename, revision=revision, cache_dir=cache_dir), **kwargs)

@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from river_cpp.engine.cache import models_dir
+from river_cpp.engine.files.cache import models_dir
 
 
 @dataclass(frozen=True)

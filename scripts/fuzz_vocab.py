@@ -440,7 +440,7 @@ def child(path: str, n_rows: int, verdict_fd: int, text_seed: int) -> None:
     import llama_cpp
 
     from river_cpp.engine import _core
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
 
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
     os.environ["GGML_NO_BACKTRACE"] = "1"  # ggml's abort would attach gdb for seconds
@@ -589,7 +589,7 @@ def main(argv: list[str]) -> None:
     # loaded once here, so that each forked child starts with them
     import llama_cpp  # noqa: F401
 
-    import river_cpp.engine.tokenizer
+    import river_cpp.engine.compute.tokenizer
     from river_cpp.engine import _core
     from river_cpp.engine._ggml import set_ggml_verbosity
 
@@ -620,7 +620,7 @@ def main(argv: list[str]) -> None:
     # once here rather than in every child
     warm = work / "warm.gguf"
     warm.write_bytes(seeds[0].to_bytes())
-    river_cpp.engine.tokenizer.Tokenizer(str(warm)).close()
+    river_cpp.engine.compute.tokenizer.Tokenizer(str(warm)).close()
     _core.Engine(str(warm), 16, 16, 1)
     start = last = time.monotonic()
     while time.monotonic() - start < seconds:

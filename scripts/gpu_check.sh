@@ -41,7 +41,7 @@ echo "== where the demo model's layers live"
 river-cpp generate -v -t "$threads" -n 16 "The river" 2>&1 | grep -A5 "^river-cpp: placement"
 
 echo "== parity with llama.cpp and the static split, on the GPU (n_gpu_layers=-1 is the default)"
-python -m pytest -q -x tests/engine/test_engine.py -k "parity" tests/engine/test_river.py -k "static_split" tests/decoding/test_speculative.py
+python -m pytest -q -x tests/engine/test_engine.py -k "parity" tests/engine/files/test_river.py -k "static_split" tests/decoding/test_speculative.py
 
 echo "== decode speed on the GPU: backbone, River tau 0.98, full river, llama.cpp F16/Q8_0/Q4_0"
 river-cpp bench -t "$threads" --tau 0.98 --peers F16 Q8_0 Q4_0 -p 256 -n 128 -r 3 --no-memory

@@ -784,7 +784,7 @@ prepare() {
     write_lib "$tmp/lib.py"
     local demo qwen
     demo=$("$py" -c 'from river_cpp.apps.demo import demo_model_path; print(demo_model_path())')
-    qwen=$("$py" -c 'from river_cpp.engine.cache import models_dir; print(models_dir() / "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")')
+    qwen=$("$py" -c 'from river_cpp.engine.files.cache import models_dir; print(models_dir() / "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")')
     nice -n 19 "$py" "$tmp/lib.py" header "$demo" "$GPU/headers/smollm2-135m.header.gguf"
     nice -n 19 "$py" "$tmp/lib.py" header "$qwen" "$GPU/headers/qwen2.5-coder-1.5b.header.gguf"
     if [[ -n ${RIVER_CUBLAS_WHEEL:-} ]]; then
@@ -823,7 +823,7 @@ else
     TEST_K_DEFAULT="not sampled_tokens_follow and not sampling_test_can_fail"
 fi
 STEPS=${RIVER_GPU_STEPS:-devices models parity speed tests rivercost}
-TESTS=${RIVER_GPU_TESTS:-tests/engine/test_engine.py tests/decoding/test_speculative.py tests/engine/test_river.py}
+TESTS=${RIVER_GPU_TESTS:-tests/engine/test_engine.py tests/decoding/test_speculative.py tests/engine/files/test_river.py}
 TEST_MARKS=${RIVER_GPU_TEST_MARKS:-not real_model}
 TEST_K=${RIVER_GPU_TEST_K:-$TEST_K_DEFAULT}
 if [[ -z ${RIVER_GPU_WORK:-} ]]; then

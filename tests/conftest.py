@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 from gguf_files import add_fields, write_and_close
 
-import river_cpp.engine.graph_backbone
-import river_cpp.engine.llama_backbone
-import river_cpp.engine.placement
-import river_cpp.engine.river_choice
+import river_cpp.engine.compute.graph_backbone
+import river_cpp.engine.compute.llama_backbone
+import river_cpp.engine.compute.placement
+import river_cpp.engine.decisions.river_choice
 from river_cpp.apps.demo import demo_backbone_path, demo_model_path
 from river_cpp.engine import _core
-from river_cpp.engine.backbones import f16_backbone_path
-from river_cpp.engine.cache import models_dir
+from river_cpp.engine.files.backbones import f16_backbone_path
+from river_cpp.engine.files.cache import models_dir
 
 # ---------------------------------------------------------------- the Vulkan device
 #
@@ -43,16 +43,17 @@ if "GGML_VK_VISIBLE_DEVICES" not in os.environ:
         del os.environ["GGML_VK_VISIBLE_DEVICES"]
 
 
-def host_offload_devices(rpc_servers=()) -> list[river_cpp.engine.placement.Device]:
-    """river_cpp.engine.placement.offload_devices without Vulkan devices, so that only the
+def host_offload_devices(rpc_servers=()) -> list[river_cpp.engine.compute.placement.Device]:
+    """river_cpp.engine.compute.placement.offload_devices without Vulkan devices, so that only the
     tests that ask for the Vulkan device run on it (lavapipe is slow)."""
-    return [d for d in river_cpp.engine.placement.offload_devices(rpc_servers) if not d.name.startswith("Vulkan")]
+    devices = river_cpp.engine.compute.placement.offload_devices(rpc_servers)
+    return [d for d in devices if not d.name.startswith("Vulkan")]
 
 
 # Models offload to Vulkan only in tests that ask for it (the vulkan_device fixture puts
 # the real offload_devices back for its test). For the whole session, not per test:
 # module-scoped fixtures load their models before a per-test patch would apply.
-river_cpp.engine.graph_backbone.offload_devices = host_offload_devices
+river_cpp.engine.compute.graph_backbone.offload_devices = host_offload_devices
 
 
 # The default river's choice times the backbone the first time (river_choice.time_costs);
@@ -62,23 +63,24 @@ river_cpp.engine.graph_backbone.offload_devices = host_offload_devices
 # river then pays, as the suites written before the choice expect; the choice's own
 # tests hand choose_river the timings they need.
 def bytes_only_timings(path, river_types, *, n_threads):
+    river_choice = river_cpp.engine.decisions.river_choice
     if not river_types:
-        return river_cpp.engine.river_choice.Timings({n: 1 + 0.25 * (n - 1) for n in (1, 2, 9)})
-    _, backbone_bytes, river_bytes = river_cpp.engine.river_choice.file_bytes(Path(path))
-    return river_cpp.engine.river_choice.Timings({1: 1.0}, {t: river_bytes[t] / backbone_bytes for t in river_types})
+        return river_choice.Timings({n: 1 + 0.25 * (n - 1) for n in (1, 2, 9)})
+    _, backbone_bytes, river_bytes = river_choice.file_bytes(Path(path))
+    return river_choice.Timings({1: 1.0}, {t: river_bytes[t] / backbone_bytes for t in river_types})
 
 
-# the real timing, for the test of the timing itself (tests/engine/test_river_choice.py)
-REAL_TIME_COSTS = river_cpp.engine.river_choice.time_costs
-river_cpp.engine.river_choice.time_costs = bytes_only_timings
+# the real timing, for the test of the timing itself (tests/engine/decisions/test_river_choice.py)
+REAL_TIME_COSTS = river_cpp.engine.decisions.river_choice.time_costs
+river_cpp.engine.decisions.river_choice.time_costs = bytes_only_timings
 # ... kept apart from the real timings of the same files in the user's cache folder
-river_cpp.engine.river_choice.CACHE_FOLDER = "river-choice-tests"
+river_cpp.engine.decisions.river_choice.CACHE_FOLDER = "river-choice-tests"
 
 # llama.cpp peers (bench, eval, the comparison's rows) take every device ggml registered,
 # the tests' Vulkan device too, even at n_gpu_layers=0; in the tests they are CPU
 # references. llama.cpp on Vulkan0 runs in a subprocess (llama_run.py).
-river_cpp.engine.llama_backbone.load_llama = functools.partial(
-    river_cpp.engine.llama_backbone.load_llama, cpu_only=True
+river_cpp.engine.compute.llama_backbone.load_llama = functools.partial(
+    river_cpp.engine.compute.llama_backbone.load_llama, cpu_only=True
 )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from river_cpp.engine.llama_backbone import load_llama
+from river_cpp.engine.compute.llama_backbone import load_llama
 
 
 @dataclass

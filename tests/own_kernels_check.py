@@ -18,7 +18,7 @@ import llama_cpp
 import numpy as np
 
 from river_cpp.engine import _core
-from river_cpp.engine import own_products as op
+from river_cpp.engine.probes import own_products as op
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from river_cpp import RiverModel
-from river_cpp.engine.prompt_cache import PromptCache, cache_scope
+from river_cpp.engine.compute.prompt_cache import PromptCache, cache_scope
 
 DOC_A = list(range(300, 360))
 DOC_B = list(range(700, 760))
@@ -70,7 +70,7 @@ def test_a_disk_cached_prefix_after_a_restart_and_a_damaged_file(tiny_llama, tmp
         assert restarted.prompt_cache.reused_tokens == len(ids) - 1
     path.write_bytes(path.read_bytes()[:-100])  # truncated
     with RiverModel(tiny_llama, river=None, n_ctx=256, n_threads=1, prompt_cache=tmp_path) as damaged:
-        with caplog.at_level(logging.WARNING, logger="river_cpp.engine.prompt_cache"):
+        with caplog.at_level(logging.WARNING, logger="river_cpp.engine.compute.prompt_cache"):
             assert _greedy(damaged, ids) == first
         assert damaged.prompt_cache.reused_tokens == 0
     assert "prompt cache: ignoring" in caplog.text

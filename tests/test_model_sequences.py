@@ -1,4 +1,4 @@
-"""RiverModel's sequences, leased per generation (river_cpp.engine.sequences): streams
+"""RiverModel's sequences, leased per generation (river_cpp.engine.compute.sequences): streams
 read in turn on one thread, on the demo model with one sequence or several and with
 fewer sequences than streams, with the model's own calls between their chunks, and on
 a tiny model on either backbone; each answer is the one it gets alone, to the bits of

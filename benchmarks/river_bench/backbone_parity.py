@@ -66,7 +66,7 @@ def measure(
 ) -> dict[str, dict[str, Timing]]:
     """Timings by prompt set and configuration (CONFIGS), every configuration run on each
     prompt before the next prompt."""
-    from river_cpp.engine.llama_backbone import load_llama
+    from river_cpp.engine.compute.llama_backbone import load_llama
     from river_cpp.measure.llama_peer import load_prompt_lookup
     from river_cpp.model import RiverModel
 

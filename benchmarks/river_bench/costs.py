@@ -15,8 +15,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.compute.policy import ExitPolicy
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

@@ -40,8 +40,8 @@ from river_cpp.decoding.draft_length import DraftLength
 from river_cpp.decoding.drafts import copy_source, ngram_source, top_probability
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NgramIndex
 from river_cpp.decoding.speculative import Speculative, new_draft_length, observe_round
-from river_cpp.engine.backbone import common_prefix
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import common_prefix
+from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.model import RiverModel
 
 from river_bench.costs import verify_costs

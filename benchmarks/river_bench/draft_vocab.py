@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.model import RiverModel
 
 from river_bench.costs import draft_cost, verify_costs

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 from river_cpp import RiverModel, Speculative
 from river_cpp._child import python_command
 from river_cpp.decoding.decision import default_draft
-from river_cpp.engine.backbone import common_prefix
+from river_cpp.engine.compute.backbone import common_prefix
 
 from river_bench.prompts import prompt_set
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.model import RiverModel
 
 PROMPT = "The river carried the boat past the old mill, and the miller's daughter"

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 from river_cpp.engine import _core
-from river_cpp.engine.own_products import BLOCK_VALUES, COVERED
+from river_cpp.engine.probes.own_products import BLOCK_VALUES, COVERED
 
 # [n_rows, n_in] of the 1.5B's (Qwen2.5-1.5B) attention q and o, and of its gate and up
 SHAPES = ((1536, 1536), (8960, 1536))

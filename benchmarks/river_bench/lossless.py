@@ -36,9 +36,9 @@ import numpy as np
 
 from river_cpp.decoding.speculative import draft_length_for
 from river_cpp.decoding.speculative_options import DEFAULT_DRAFT_VOCAB, Speculative
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
-from river_cpp.engine.weight_bytes import WeightBytes
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.decisions.round_cost import DEFAULT_MAX_DRAFT
+from river_cpp.engine.files.weight_bytes import WeightBytes
 from river_cpp.measure.ladder import rung_path
 from river_cpp.model import RiverModel
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from river_cpp.decoding.speculative_options import Speculative
-from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
+from river_cpp.engine.decisions.round_cost import DEFAULT_MAX_DRAFT
 
 DATA = Path(__file__).resolve().parent / "data" / "repeated_work"
 SETS = ("extraction", "edits", "chat")

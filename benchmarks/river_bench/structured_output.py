@@ -103,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import river_cpp
     from river_cpp import Speculative
     from river_cpp.apps.demo import demo_backbone_path
-    from river_cpp.engine.llama_backbone import load_llama
+    from river_cpp.engine.compute.llama_backbone import load_llama
 
     path = args.model or str(demo_backbone_path())
     # without the CPU's extra buffer types where they fail here (an AMX host faults on them)

@@ -171,7 +171,7 @@ def open_configs(
         else:
             import llama_cpp
 
-            from river_cpp.engine.llama_backbone import load_llama
+            from river_cpp.engine.compute.llama_backbone import load_llama
 
             llama = load_llama(path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
             if name == "llama-ram":

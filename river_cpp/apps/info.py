@@ -35,9 +35,9 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
     import river_cpp
     from river_cpp._cpus import default_thread_choice, wait_policy
     from river_cpp.engine import _core
-    from river_cpp.engine.cache import cache_dir
-    from river_cpp.engine.extra_bufts import cpu_model, extra_bufts
-    from river_cpp.engine.own_products import own_products
+    from river_cpp.engine.files.cache import cache_dir
+    from river_cpp.engine.probes.extra_bufts import cpu_model, extra_bufts
+    from river_cpp.engine.probes.own_products import own_products
 
     decision = extra_bufts(reprobe=reprobe)
     own = own_products(reprobe=reprobe)

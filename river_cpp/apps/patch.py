@@ -57,7 +57,7 @@ def patch_llama_cpp(replacement: Optional[type] = None) -> LlamaCppPatch:
     import llama_cpp
     import llama_cpp.llama
 
-    from river_cpp.apps.llama import Llama
+    from river_cpp.apps.dropin.llama import Llama
 
     replacement = Llama if replacement is None else replacement
     original = original_llama()

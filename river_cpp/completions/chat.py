@@ -38,7 +38,7 @@ from river_cpp.decoding.decision import Decoding
 from river_cpp.decoding.generation import GenerationChunk
 from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.sampling import SamplingParams
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 
 # What a chat message may say (llama.cpp's templates know these roles).
 CHAT_ROLES = ("system", "user", "assistant")

@@ -21,8 +21,8 @@ from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream, tokens_per_second
 from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.sampling import SamplingParams
-from river_cpp.engine.context import check_fits
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.context import check_fits
+from river_cpp.engine.compute.policy import ExitPolicy
 
 # finish_reason of a generation stopped through `cancel` (not one of OpenAI's).
 CANCELLED = "cancelled"

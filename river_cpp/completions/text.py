@@ -29,7 +29,7 @@ from river_cpp.completions.structured import request_grammar
 from river_cpp.decoding.decision import Decoding
 from river_cpp.decoding.generation import GenerationChunk
 from river_cpp.decoding.sampling import SamplingParams
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 
 
 class _CompletionLogprobs:

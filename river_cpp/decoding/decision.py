@@ -30,7 +30,7 @@ from typing import Any, Optional, Union
 from river_cpp.decoding.presets import DEFAULT, Preset
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative_options import DEFAULT_DRAFT, Speculative
-from river_cpp.engine.policy import ExitPolicy, check_policy
+from river_cpp.engine.compute.policy import ExitPolicy, check_policy
 
 SpeculativeOption = Union[bool, Speculative, None]
 

@@ -29,8 +29,8 @@ from typing import Sequence, Union
 import numpy as np
 
 from river_cpp.decoding.suffix_index import SuffixIndex
-from river_cpp.engine.cache import cache_dir
-from river_cpp.engine.tokenizer import Tokenizer
+from river_cpp.engine.compute.tokenizer import Tokenizer
+from river_cpp.engine.files.cache import cache_dir
 
 # Files larger than this in a named folder are left out (data, not text to draft
 # from); a file named on its own is read whatever its size.

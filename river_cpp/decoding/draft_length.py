@@ -1,6 +1,6 @@
 """How much to draft each round, and from which source: the adaptive draft length.
 
-A round of k drafted tokens is weighed by river_cpp.engine.round_cost (what it yields
+A round of k drafted tokens is weighed by river_cpp.engine.decisions.round_cost (what it yields
 at an acceptance, against k drafts plus one verify of k+1 positions). Drafts and verifies
 are timed as they run (medians of recent rounds, per verify size); each round takes
 the source and the k with the most tokens per second, where k = 0 is plain decoding.
@@ -31,7 +31,7 @@ from collections import deque
 from statistics import median
 from typing import Mapping, Optional, Sequence
 
-from river_cpp.engine.round_cost import expected_accepted, round_rate
+from river_cpp.engine.decisions.round_cost import expected_accepted, round_rate
 
 PLAIN = "plain"  # the source of a round that drafts nothing
 

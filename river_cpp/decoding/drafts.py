@@ -24,8 +24,8 @@ from river_cpp.decoding.ngram import NgramIndex
 from river_cpp.decoding.sampling import NoLegalToken, Sampler
 from river_cpp.decoding.steps import prefill
 from river_cpp.decoding.suffix_index import match_bucket
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.compute.policy import ExitPolicy
 
 
 def ngram_source(n: int) -> str:

@@ -24,9 +24,9 @@ from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.sampling import NoLegalToken, Sampler, SamplingParams
 from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
 from river_cpp.decoding.steps import Step, decode_one_token, prefill
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.context import check_fits
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.compute.context import check_fits
+from river_cpp.engine.compute.policy import ExitPolicy
 
 # finish_reason of a generation whose grammar allowed no token at some point (the
 # text so far is what it allowed; not one of OpenAI's reasons).

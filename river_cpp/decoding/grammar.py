@@ -129,7 +129,7 @@ def _first_bytes_of(tokenizer) -> _FirstBytes:
 
 
 class Grammar:
-    """A GBNF grammar compiled for one tokenizer's vocabulary (river_cpp.engine.tokenizer.
+    """A GBNF grammar compiled for one tokenizer's vocabulary (river_cpp.engine.compute.tokenizer.
     Tokenizer, which must outlive the grammar and its states); start() gives its
     initial state."""
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from river_cpp.engine.load_options import AUTO_RIVER
-from river_cpp.engine.policy import ExitPolicy
-from river_cpp.engine.river import DEFAULT_HEAD_TYPE
+from river_cpp.engine.compute.load_options import AUTO_RIVER
+from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.files.river import DEFAULT_HEAD_TYPE
 
 
 @dataclass(frozen=True)

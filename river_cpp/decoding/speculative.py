@@ -45,8 +45,8 @@ from river_cpp.decoding.speculative_options import RECALL_MIN_MATCH, Speculative
 from river_cpp.decoding.speculative_stats import SpeculativeStats
 from river_cpp.decoding.steps import Step, prefill
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
-from river_cpp.engine.backbone import Backbone, common_prefix, drafting_home
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import Backbone, common_prefix, drafting_home
+from river_cpp.engine.compute.policy import ExitPolicy
 
 # ---------------------------------------------------------------- sources
 
@@ -375,7 +375,7 @@ def _draft(
         for source in sources.values():
             source.keep(history)
     offers, named = {}, {}
-    # Where other sequences share the backbone's batches (river_cpp.engine.sequences),
+    # Where other sequences share the backbone's batches (river_cpp.engine.compute.sequences),
     # their rows fill each batch already: a draft that costs forwards of its own (the
     # river, a draft model) then loses on a CPU, while lookups, free, still pay.
     shared = getattr(model, "shares_batches", False)

@@ -13,9 +13,9 @@ from typing import Optional, Union
 
 from river_cpp.decoding.draft_memory import DEFAULT_MEMORY_TOKENS
 from river_cpp.decoding.ngram import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.policy import ExitPolicy
-from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.decisions.round_cost import DEFAULT_MAX_DRAFT
 
 # A lookup's draft (an n-gram match, the memory, a corpus) costs nothing to propose,
 # so only the verify bounds it. Where the output copies its input, 8-token rounds

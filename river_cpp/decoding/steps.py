@@ -12,8 +12,8 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.compute.policy import ExitPolicy
 
 
 class Step(NamedTuple):

@@ -96,7 +96,7 @@ def row_products(
 
 def cpu_extra_buffer_types() -> list[str]:
     """The CPU device's extra buffer types ("AMX", "CPU_REPACK", ...), in ggml's order
-    of preference. Which of them are safe to use is river_cpp.engine.extra_bufts's business."""
+    of preference. Which of them are safe to use is river_cpp.engine.probes.extra_bufts's business."""
 
 def probe_matmul(
     buffer_type: str,
@@ -108,7 +108,7 @@ def probe_matmul(
     """inputs [n_tokens, n_in] times weights [n_out, n_in] quantized to `type`, computed
     with the weights in the plain CPU buffer and in the extra `buffer_type`: (plain, extra),
     each [n_tokens, n_out]; None where that buffer type does not multiply `type`. Run it in
-    a child process: a broken extra type may crash it (river_cpp.engine.extra_bufts does)."""
+    a child process: a broken extra type may crash it (river_cpp.engine.probes.extra_bufts does)."""
 
 def has_rpc() -> bool: ...
 def add_rpc_server(endpoint: str) -> None:

@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from river_cpp.decoding.presets import PAPER
-from river_cpp.engine.policy import NEVER, ExitPolicy
+from river_cpp.engine.compute.policy import NEVER, ExitPolicy
 from river_cpp.measure.comparison import Progress, Workload, forced_positions, reference_run
 from river_cpp.measure.corpus import Document, TextTokenizer, split_corpus, token_chunks
 from river_cpp.measure.evaluate import QualityReport, teacher_forced

@@ -27,7 +27,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from river_cpp.engine.own_products import COVERED, NONE, OwnProducts
+from river_cpp.engine.probes.own_products import COVERED, NONE, OwnProducts
 
 # Positions cached before the compared ones: below and above 512 cells (where ggml's
 # CPU attention changes paths in llama.cpp's flash attention; our graph's n_kv padding
@@ -100,7 +100,7 @@ def op_table(
     cells). buffer_types: the extra buffer types to try (None: every one ggml has).
     own_kernels: also our own products on these kernels, for the types they cover ("": not)."""
     from river_cpp.engine import _core
-    from river_cpp.engine.gguf_info import GgufInfo
+    from river_cpp.engine.files.gguf_info import GgufInfo
 
     info = GgufInfo.read(path)
     extra = list(_core.cpu_extra_buffer_types() if buffer_types is None else buffer_types)
@@ -211,10 +211,10 @@ def forward_check(
 ) -> ForwardCheck:
     """The forward measurement on the file at `path` (see the module's docstring), on
     an engine with `extra_bufts`, `exact` ("on", "bitwise" or "off") and our own products
-    `own` (river_cpp.engine.own_products; NONE: ggml's kernels)."""
+    `own` (river_cpp.engine.probes.own_products; NONE: ggml's kernels)."""
     from river_cpp.engine import _core
-    from river_cpp.engine.gguf_info import GgufInfo
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
+    from river_cpp.engine.files.gguf_info import GgufInfo
 
     engine = _engine(path, n_ctx, n_threads, extra_bufts, exact, own)
     info = GgufInfo.read(path)
@@ -285,7 +285,7 @@ def threads_check(
     """Whether logits depend on the thread count: the prompt's last position, k plain
     steps and a k-row forward from `depth`, on engines of each count; n_threads -> the
     largest |difference| from the first count's logits (0: bit-identical)."""
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
 
     ids = text_tokens(Tokenizer(str(path)), depth + k)
     results = {}

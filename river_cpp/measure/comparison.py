@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp.decoding.presets import FAST, PAPER
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.policy import ExitPolicy
-from river_cpp.engine.weight_bytes import WeightBytes
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.files.weight_bytes import WeightBytes
 from river_cpp.measure.configs import (
     RiverConfig,
     decode_on_river,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
 from river_cpp.decoding.presets import PAPER
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.model import RiverModel
 
 

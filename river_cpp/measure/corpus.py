@@ -27,7 +27,7 @@ PROMPT_SEPARATOR = "---"
 
 
 class TextTokenizer(Protocol):
-    """What this module needs of river_cpp.engine.tokenizer.Tokenizer."""
+    """What this module needs of river_cpp.engine.compute.tokenizer.Tokenizer."""
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]: ...
 

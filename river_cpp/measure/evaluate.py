@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 import numpy as np
 
 from river_cpp.decoding.generation import generate_step
-from river_cpp.engine.backbone import Backbone, common_prefix
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.backbone import Backbone, common_prefix
+from river_cpp.engine.compute.policy import ExitPolicy
 
 # An exit policy for a whole run, or policy(i) for the forward whose logits give row
 # (or token) i, 0 being the prompt's (generate_step's `policy`); None: the model's.

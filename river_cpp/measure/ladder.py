@@ -16,7 +16,7 @@ from typing import Sequence
 
 import llama_cpp
 
-from river_cpp.engine.cache import cache_dir, file_identity
+from river_cpp.engine.files.cache import cache_dir, file_identity
 
 # llama_ftype values of the rungs, best quality first.
 LADDER_TYPES: dict[str, int] = {

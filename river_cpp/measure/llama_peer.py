@@ -1,6 +1,6 @@
 """llama.cpp as a peer: the rows measurement compares River against.
 
-The peer is the engine's llama.cpp backbone (river_cpp.engine.llama_backbone) with a
+The peer is the engine's llama.cpp backbone (river_cpp.engine.compute.llama_backbone) with a
 name and without a prompt cache: bench, eval and humaneval run their llama.cpp rows
 through it with the same loop as River's (river_cpp.decoding.generation.generate_step),
 the same tokenizer and RiverModel's settings: the same threads for batches and single
@@ -14,9 +14,9 @@ import os
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from river_cpp._cpus import default_n_threads
-from river_cpp.engine import llama_backbone
-from river_cpp.engine.llama_backbone import LlamaCppBackbone
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute import llama_backbone
+from river_cpp.engine.compute.llama_backbone import LlamaCppBackbone
+from river_cpp.engine.compute.policy import ExitPolicy
 
 if TYPE_CHECKING:
     import llama_cpp

@@ -26,7 +26,7 @@ from river_cpp.decoding.decision import SAMPLING_DEFAULTS
 from river_cpp.decoding.presets import PRESETS
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative_options import DRAFTS, Speculative
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 
 TAU, EXIT_LAYER = 0.95, 1
 SAVED = ExitPolicy.uniform(0.97, min_layer=1)

@@ -1,4 +1,4 @@
-"""The demo model's location, and the cached F16 backbone of a release (river_cpp.engine.backbones)."""
+"""The demo model's location, and the cached F16 backbone of a release (river_cpp.engine.files.backbones)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import gguf
 import pytest
 
 from river_cpp.apps import demo
-from river_cpp.engine import backbones
-from river_cpp.engine.cache import cache_dir, file_identity, file_sha256
+from river_cpp.engine.files import backbones
+from river_cpp.engine.files.cache import cache_dir, file_identity, file_sha256
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def rope_freq_base(model_path) -> float:
     """The GGUF's RoPE base: LangChain passes 10000.0 by default, which llama-cpp-python
     applies (river-cpp keeps the GGUF's, with a warning), so the comparison names the
     file's own."""
-    from river_cpp.engine.gguf_info import read_gguf_info
+    from river_cpp.engine.files.gguf_info import read_gguf_info
 
     info = read_gguf_info(model_path)
     return float(info.get(f"{info.arch}.rope.freq_base", 10000.0))

@@ -16,7 +16,7 @@ from river_cpp._cpus import default_n_threads
 from river_cpp.apps.cli import main
 from river_cpp.apps.info import folder_bytes, format_system_info, system_info
 from river_cpp.engine import _core
-from river_cpp.engine.extra_bufts import ENV
+from river_cpp.engine.probes.extra_bufts import ENV
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 
@@ -115,7 +115,7 @@ def test_info_runs_with_and_without_vulkan_devices(visible):
 def test_info_on_a_recurrent_model_says_what_its_memory_allows(tmp_path, tokenizer_fields, capsys):
     from recurrent_archs import write_recurrent_gguf
 
-    from river_cpp.engine.llama_backbone import MEMORY_NOTES, RECURRENT
+    from river_cpp.engine.compute.llama_backbone import MEMORY_NOTES, RECURRENT
 
     path = write_recurrent_gguf(tmp_path / "tiny_mamba.gguf", "mamba", tokenizer_fields)
     assert main(["info", str(path)]) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from river_cpp.engine import _core
-from river_cpp.engine.own_products import COVERED
+from river_cpp.engine.probes.own_products import COVERED
 
 from river_bench import kernel_roofline as roofline
 

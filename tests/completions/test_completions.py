@@ -12,7 +12,7 @@ import pytest
 
 from river_cpp import ExitPolicy, RiverModel
 from river_cpp.decoding.generation import prefill
-from river_cpp.engine.context import ContextOverflowError
+from river_cpp.engine.compute.context import ContextOverflowError
 
 N_CTX = 256
 PROMPT = "The quick brown fox"

@@ -1,5 +1,5 @@
 """river_cpp.completions.output_text on byte pieces written by hand: the text and stream
-chunks llama-cpp-python 0.3.36 gives (tests/apps/test_llama_compat.py checks the same
+chunks llama-cpp-python 0.3.36 gives (tests/apps/dropin/test_compat.py checks the same
 rules against llama_cpp.Llama on a real model)."""
 
 from __future__ import annotations

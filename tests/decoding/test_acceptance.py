@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from river_cpp.decoding.acceptance import sample, verify_drafts
-from river_cpp.engine.backbone import common_prefix
+from river_cpp.engine.compute.backbone import common_prefix
 
 
 def dist(probs: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from river_cpp.decoding.decision import (
 from river_cpp.decoding.presets import FAST, LOSSLESS, PAPER
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 
 N_LAYER = 4
 NEVER = ExitPolicy.never()

@@ -11,7 +11,7 @@ import numpy as np
 
 from river_cpp.decoding.drafts import ModelDraft, NgramDraft, RiverDraft
 from river_cpp.decoding.sampling import Sampler, SamplingParams
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 
 N_VOCAB = 16
 

@@ -18,9 +18,9 @@ import pytest
 
 from river_cpp import RiverModel
 from river_cpp.decoding.grammar import Grammar, schema_grammar
-from river_cpp.engine.cache import models_dir
-from river_cpp.engine.convert import convert
-from river_cpp.engine.own_products import own_products
+from river_cpp.engine.files.cache import models_dir
+from river_cpp.engine.files.convert import convert
+from river_cpp.engine.probes.own_products import own_products
 
 from river_bench.prompts import prompt_set
 

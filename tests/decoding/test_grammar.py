@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from river_cpp.decoding.grammar import Grammar, GrammarError, json_grammar, schema_grammar
-from river_cpp.engine.tokenizer import Tokenizer
+from river_cpp.engine.compute.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ def test_the_defaults_are_the_lossless_preset(tiny_llama4, river_cache):
         assert model.prefill == DEFAULT.prefill
         assert model.policy == DEFAULT.policy == ExitPolicy.never()
         assert model.speculative == Speculative(draft="river+ngram")
-        assert DEFAULT.river == "auto"  # the river that pays on the file (tests/engine/test_river_choice.py)
+        assert DEFAULT.river == "auto"  # the river that pays on the file (tests/engine/decisions/test_river_choice.py)
         assert model.river_choice.river in model.river_path.name
 
 

@@ -33,12 +33,12 @@ from hybrid import write_hybrid_gguf
 from llama_run import llama_run
 from routes import PAPER_RIVER
 
-import river_cpp.engine.graph_backbone
-import river_cpp.engine.placement
+import river_cpp.engine.compute.graph_backbone
+import river_cpp.engine.compute.placement
 from river_cpp import RiverModel, Speculative
 from river_cpp.engine import _core
-from river_cpp.engine.placement import HOST
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.placement import HOST
+from river_cpp.engine.compute.policy import ExitPolicy
 
 PROMPT = "The old lighthouse keeper climbed the stairs"
 # Tokens the demo model generates per run: lavapipe takes seconds per demo token.
@@ -141,7 +141,8 @@ class Offload:
 def vulkan_device(monkeypatch) -> Offload:
     """lavapipe's Vulkan0, offered to the models of this test (conftest hides it elsewhere)."""
     _require_vulkan()
-    monkeypatch.setattr(river_cpp.engine.graph_backbone, "offload_devices", river_cpp.engine.placement.offload_devices)
+    compute = river_cpp.engine.compute
+    monkeypatch.setattr(compute.graph_backbone, "offload_devices", compute.placement.offload_devices)
     return Offload("vulkan", logit_atol=VULKAN_LOGIT_ATOL, river_atol=VULKAN_RIVER_LOGIT_ATOL)
 
 
@@ -317,18 +318,18 @@ def test_graph_reuse_past_256_positions_on_the_device(tiny_llama4, device):
 @pytest.mark.rpc
 def test_placement_within_a_memory_budget(tiny_llama4, rpc_server, monkeypatch):
     """The plan is followed when a device's memory allows only part of the model."""
-    import river_cpp.engine.placement as placement_module
+    import river_cpp.engine.compute.placement as placement_module
 
     with RiverModel(tiny_llama4, river="q4_0", n_ctx=128) as probe:
         sizes = probe.engine.placement_sizes()
     river_first = sizes["kv_cache"] + sum(sizes["river_layers"]) + sizes["river_head"]
     budget = river_first + sizes["backbone_layers"][0] + placement_module.DEVICE_RESERVE_BYTES
-    real = river_cpp.engine.graph_backbone.offload_devices  # without the Vulkan device (tests/conftest.py)
+    real = river_cpp.engine.compute.graph_backbone.offload_devices  # without the Vulkan device (tests/conftest.py)
 
     def small_device(rpc_servers=()):
         return [placement_module.Device(d.name, d.description, d.type, budget, budget) for d in real(rpc_servers)]
 
-    monkeypatch.setattr("river_cpp.engine.graph_backbone.offload_devices", small_device)
+    monkeypatch.setattr("river_cpp.engine.compute.graph_backbone.offload_devices", small_device)
     with RiverModel(tiny_llama4, river="q4_0", n_ctx=128, rpc_servers=[rpc_server]) as model:
         rpc = model.placement.kv_cache
         assert rpc != HOST

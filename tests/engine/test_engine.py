@@ -9,7 +9,7 @@ from llama_run import llama_logits_and_greedy, llama_run
 
 from river_cpp import RiverError, RiverModel
 from river_cpp.engine import _core
-from river_cpp.engine.extra_bufts import REPACK, extra_bufts
+from river_cpp.engine.probes.extra_bufts import REPACK, extra_bufts
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 
@@ -84,7 +84,7 @@ def test_reused_graphs_equal_fresh_ones_across_growing_n_kv(tiny_llama4, river, 
     """Decode steps reuse one graph per shape; the padded n_kv grows past 256 on the
     way (a new shape). Reuse must not change a single bit of the logits, on every
     route: the backbone, the river and tau exits that switch between segments."""
-    from river_cpp.engine.policy import ExitPolicy
+    from river_cpp.engine.compute.policy import ExitPolicy
 
     options = dict(river=river, n_ctx=640, n_threads=1)
     if river:

@@ -20,8 +20,8 @@ import pytest
 from gguf_files import add_fields, write_and_close
 
 from river_cpp import RiverError, RiverModel
-from river_cpp.engine.gguf_info import GgufInfo
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.files.gguf_info import GgufInfo
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 

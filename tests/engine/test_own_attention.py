@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from river_cpp.engine import _core
-from river_cpp.engine.own_products import own_products
+from river_cpp.engine.probes.own_products import own_products
 
 N_CTX = 512
 N_TOKENS = 64

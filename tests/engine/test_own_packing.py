@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from river_cpp.engine import _core
-from river_cpp.engine import own_products as op
+from river_cpp.engine.probes import own_products as op
 
 FASTEST = _core.own_kernels()[0]
 # pieces of 32 row groups (own_mul_mat.cpp): two whole pieces and a third of 5 groups and a part one

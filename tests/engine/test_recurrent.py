@@ -16,8 +16,8 @@ from llama_run import llama_cpp_greedy
 from recurrent_archs import ARCHITECTURES, write_recurrent_gguf
 
 from river_cpp import Llama, RiverModel, Speculative
-from river_cpp.engine import llama_backbone
-from river_cpp.engine.llama_backbone import HYBRID, RECURRENT, probe_llama_cpp
+from river_cpp.engine.compute import llama_backbone
+from river_cpp.engine.compute.llama_backbone import HYBRID, RECURRENT, probe_llama_cpp
 
 # Text that repeats itself, so that n-gram drafts have something to copy.
 GROUNDED = (

@@ -24,7 +24,7 @@ from gguf_files import tiny_llama_hparams, tiny_llama_shapes, write_and_close
 
 from river_cpp import RiverError, RiverModel
 from river_cpp.engine._core import check_vocabulary
-from river_cpp.engine.tokenizer import Tokenizer
+from river_cpp.engine.compute.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("river_cache")
 
@@ -196,7 +196,7 @@ UNCHECKED_USE = textwrap.dedent(
     import ctypes, resource, sys
     import llama_cpp
     from river_cpp.engine._ggml import set_ggml_verbosity
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     set_ggml_verbosity(False)
     t = Tokenizer.__new__(Tokenizer)

@@ -310,7 +310,7 @@ def test_cli_bench_errors_are_one_line(argv, tiny_llama4, tmp_path, capsys):
 @pytest.mark.parametrize("mode", ["none", "all"])
 def test_cli_bench_says_when_llama_cpp_ran_without_extra_buffer_types(tiny_llama4, monkeypatch, capsys, mode):
     from river_cpp.engine import _core
-    from river_cpp.engine.extra_bufts import ENV
+    from river_cpp.engine.probes.extra_bufts import ENV
 
     if not _core.cpu_extra_buffer_types():
         pytest.skip("this ggml's CPU backend has no extra buffer type to turn off")

@@ -9,7 +9,7 @@ import pytest
 
 from river_cpp import RiverModel
 from river_cpp.apps.cli import main
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.measure.calibrate import PER_LAYER, UNIFORM, Target, Trial, bisect, calibrate, signal_quantile_policy
 from river_cpp.measure.comparison import Workload, forced_positions, reference_run
 from river_cpp.measure.evaluate import QualityReport

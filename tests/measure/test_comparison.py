@@ -7,7 +7,7 @@ import pytest
 from test_corpus import CharTokenizer
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.engine.weight_bytes import WeightBytes
+from river_cpp.engine.files.weight_bytes import WeightBytes
 from river_cpp.measure.comparison import (
     FULL_RIVER,
     LLAMA,

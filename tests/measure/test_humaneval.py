@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from river_cpp.apps.cli import main
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.measure import humaneval as he
 
 ADD = he.Problem(

@@ -86,7 +86,7 @@ def model_path(given: Optional[str], hf_repo: Optional[str] = None) -> str:
     if hf_repo is not None:
         if given is not None:
             raise ValueError("give --model or -hf, not both")
-        from river_cpp.engine.hub import download_spec
+        from river_cpp.engine.files.hub import download_spec
 
         try:
             return str(download_spec(hf_repo))
@@ -111,7 +111,7 @@ def choices(given: Optional[Sequence[str]], default: Sequence[str]) -> list[str]
 
 def n_layer(path: str | os.PathLike[str]) -> int:
     """The backbone's layer count, from its GGUF header (no model is loaded)."""
-    from river_cpp.engine.gguf_info import read_gguf_info
+    from river_cpp.engine.files.gguf_info import read_gguf_info
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file not found: {path}")
@@ -170,7 +170,7 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
         DEFAULT_P_MIN,
         DRAFTS,
     )
-    from river_cpp.engine.round_cost import DEFAULT_MAX_DRAFT
+    from river_cpp.engine.decisions.round_cost import DEFAULT_MAX_DRAFT
 
     group = p.add_argument_group("lossless decoding (drafts verified by the backbone)")
     group.add_argument(
@@ -275,7 +275,7 @@ def decoding(args: argparse.Namespace, *, n_layer: int, has_river: bool, kind: s
     """
     from river_cpp.decoding.decision import decide, preset_decoding
     from river_cpp.decoding.presets import preset
-    from river_cpp.engine.policy import ExitPolicy, exit_policy
+    from river_cpp.engine.compute.policy import ExitPolicy, exit_policy
 
     chosen = preset(args.preset)
     template = draft_settings(args)
@@ -307,7 +307,7 @@ def measured_draft(args: argparse.Namespace, *, n_layer: int):
     Resolved as every decode is (river_cpp.decoding.decision.decide)."""
     from river_cpp.decoding.decision import Decoding, decide
     from river_cpp.decoding.sampling import SamplingParams
-    from river_cpp.engine.policy import ExitPolicy
+    from river_cpp.engine.compute.policy import ExitPolicy
 
     plain = Decoding(ExitPolicy.never(), None, SamplingParams())
     return decide(

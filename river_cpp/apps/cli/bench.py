@@ -70,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from river_cpp.engine.llama_backbone import extra_bufts_note
+    from river_cpp.engine.compute.llama_backbone import extra_bufts_note
     from river_cpp.measure.bench import DEFAULT_PEERS, default_configs, measure
 
     if args.json and not Path(args.json).parent.is_dir():  # found out before the run, not after it

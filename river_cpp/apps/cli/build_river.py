@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from river_cpp.apps.cli._common import add_common_arguments
-from river_cpp.engine.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE
+from river_cpp.engine.files.river import DEFAULT_HEAD_TYPE, DEFAULT_RIVER_TYPE
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from river_cpp import RiverModel
-    from river_cpp.engine.river import RiverSpec, build_river
+    from river_cpp.engine.files.river import RiverSpec, build_river
 
     if args.output is None:
         with RiverModel(args.model, river=args.type, n_threads=args.threads, n_ctx=16) as model:

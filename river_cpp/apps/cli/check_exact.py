@@ -43,8 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from river_cpp.engine._ggml import set_ggml_verbosity
-    from river_cpp.engine.extra_bufts import extra_bufts
-    from river_cpp.engine.own_products import own_products
+    from river_cpp.engine.probes.extra_bufts import extra_bufts
+    from river_cpp.engine.probes.own_products import own_products
     from river_cpp.measure.check_exact import format_forward, format_ops, forward_check, op_table, threads_check
 
     set_ggml_verbosity(False)

@@ -14,7 +14,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from river_cpp.engine.convert import convert_to_f16  # gguf-py, which generating never needs
+    from river_cpp.engine.files.convert import convert_to_f16  # gguf-py, which generating never needs
 
     written = convert_to_f16(args.src, args.dst)
     print(f"river-cpp: wrote {written}", file=sys.stderr)

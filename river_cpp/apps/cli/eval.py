@@ -95,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from river_cpp.engine.llama_backbone import extra_bufts_note
+    from river_cpp.engine.compute.llama_backbone import extra_bufts_note
     from river_cpp.measure import comparison as cmp
     from river_cpp.measure.bench import BenchReport
     from river_cpp.measure.pareto import plot_pareto, speed_ratios
@@ -146,7 +146,7 @@ def _compare(args: argparse.Namespace):
     from tqdm import tqdm
 
     from river_cpp.engine._ggml import set_ggml_verbosity
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
     from river_cpp.measure import comparison as cmp
     from river_cpp.measure.bench import DEFAULT_PEERS, measure
     from river_cpp.measure.corpus import load_corpus, token_chunks

@@ -157,9 +157,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def _river(args: argparse.Namespace) -> Optional[str]:
     """--river's value, else the preset's (None: "none", the backbone alone), with
     "auto" decided here on args.model's file as RiverModel would decide it
-    (river_cpp.engine.river_choice; -v says which and why). The decision is written
+    (river_cpp.engine.decisions.river_choice; -v says which and why). The decision is written
     back into args.river, so that the default draft and the model loaded agree."""
-    from river_cpp.engine.river_choice import resolve_backbone_river
+    from river_cpp.engine.decisions.river_choice import resolve_backbone_river
 
     river = args.river if args.river is not None else preset(args.preset).river
     if river.lower() == "none":

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from river_cpp.decoding.presets import LOSSLESS
-    from river_cpp.engine.policy import ExitPolicy
+    from river_cpp.engine.compute.policy import ExitPolicy
     from river_cpp.measure import humaneval as he
     from river_cpp.measure.configs import RiverConfig, backbone_config, river_at_tau
     from river_cpp.measure.ladder import rung_path

@@ -51,10 +51,10 @@ def run(args: argparse.Namespace) -> int:
     backbone = choice = parallel = None
     if args.model is not None:
         from river_cpp._cpus import default_n_threads
-        from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
-        from river_cpp.engine.own_products import NONE, model_products, own_products
-        from river_cpp.engine.parallel_choice import choose_parallel
-        from river_cpp.engine.river_choice import choose_river
+        from river_cpp.engine.decisions.backbone_choice import GRAPH, choose_backbone
+        from river_cpp.engine.decisions.parallel_choice import choose_parallel
+        from river_cpp.engine.decisions.river_choice import choose_river
+        from river_cpp.engine.probes.own_products import NONE, model_products, own_products
 
         backbone = choose_backbone(args.model)
         info["backbone"] = {"kind": backbone.kind, "arch": backbone.arch, "reason": backbone.reason}
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
             info["backbone"]["kv_bytes_per_sequence"] = _core.kv_cache_bytes(args.model, KV_SHOWN_N_CTX)
         else:
-            from river_cpp.engine.llama_backbone import probe_llama_cpp
+            from river_cpp.engine.compute.llama_backbone import probe_llama_cpp
 
             # raises where llama.cpp does not load the file either, saying so
             info["backbone"]["memory"] = probe_llama_cpp(args.model)
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                     f"`serve --parallel N` holds N of them"
                 )
             if "memory" in info["backbone"]:
-                from river_cpp.engine.llama_backbone import MEMORY_NOTES
+                from river_cpp.engine.compute.llama_backbone import MEMORY_NOTES
 
                 memory = info["backbone"]["memory"]
                 print(f"memory: {memory} ({MEMORY_NOTES[memory]})")

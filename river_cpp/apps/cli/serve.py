@@ -112,10 +112,10 @@ def _parallel(value: str) -> Union[int, str]:
 
 
 def _auto_parallel(args: argparse.Namespace) -> int:
-    """The slots `--parallel auto` runs (river_cpp.engine.parallel_choice), said on stderr;
+    """The slots `--parallel auto` runs (river_cpp.engine.decisions.parallel_choice), said on stderr;
     one on llama.cpp's backbone, which serves one sequence at a time."""
-    from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
-    from river_cpp.engine.parallel_choice import choose_parallel
+    from river_cpp.engine.decisions.backbone_choice import GRAPH, choose_backbone
+    from river_cpp.engine.decisions.parallel_choice import choose_parallel
 
     args.model = model_path(args.model, args.hf_repo)
     if choose_backbone(args.model, args.engine).kind != GRAPH:

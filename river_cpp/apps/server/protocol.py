@@ -22,8 +22,8 @@ from river_cpp.completions.tools import check_tools
 from river_cpp.decoding.decision import Decoding, decide, sampling_defaults
 from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams
-from river_cpp.engine.context import ContextOverflowError, check_fits
-from river_cpp.engine.policy import ExitPolicy, exit_policy
+from river_cpp.engine.compute.context import ContextOverflowError, check_fits
+from river_cpp.engine.compute.policy import ExitPolicy, exit_policy
 
 RETRY_AFTER_SECONDS = 1
 MAX_STOP_STRINGS = 4
@@ -381,7 +381,7 @@ def prompt_tokens(model, parsed: ParsedRequest) -> int:
 
 def check_prompt_fits(model, parsed: ParsedRequest) -> None:
     """400 context_length_exceeded with the token counts when the prompt leaves no
-    room to generate in the model's context (river_cpp.engine.context's check, before the
+    room to generate in the model's context (river_cpp.engine.compute.context's check, before the
     request waits in the queue)."""
     try:
         check_fits(prompt_tokens(model, parsed), model.n_ctx)

@@ -3,7 +3,7 @@ reporting to the event loop and stopping when cancelled.
 
 One thread loads the model; then `parallel` threads take jobs in arrival order and
 run them, each on a sequence of its own (a model loaded with n_seq_max = parallel:
-river_cpp.engine.sequences), their forwards batched together. The event loop only
+river_cpp.engine.compute.sequences), their forwards batched together. The event loop only
 queues jobs and reads their events, and never waits on the model. Nothing here knows
 HTTP.
 """
@@ -21,8 +21,8 @@ from typing import Any, Callable, Optional
 from river_cpp.apps.server.config import DEFAULT_QUEUE_SIZE
 from river_cpp.apps.server.protocol import APIError, ParsedRequest, overflow_error
 from river_cpp.completions import CANCELLED, create_chat_completion, create_completion
-from river_cpp.engine.context import ContextOverflowError
-from river_cpp.engine.prompt_cache import cache_scope
+from river_cpp.engine.compute.context import ContextOverflowError
+from river_cpp.engine.compute.prompt_cache import cache_scope
 
 log = logging.getLogger("river_cpp.apps.server")
 
@@ -39,7 +39,7 @@ class Job:
         self, loop: asyncio.AbstractEventLoop, request: ParsedRequest, model_id: str, *, scope: str = ""
     ) -> None:
         self.loop = loop
-        self.scope = scope  # the prompt cache's scope (river_cpp.engine.prompt_cache.cache_scope)
+        self.scope = scope  # the prompt cache's scope (river_cpp.engine.compute.prompt_cache.cache_scope)
         self.request = request
         self.model_id = model_id
         self.events: asyncio.Queue[tuple] = asyncio.Queue()
@@ -172,7 +172,7 @@ class ModelWorker:
                 return
             try:
                 # the model keeps each sequence's tokens for the next request of the same
-                # scope only (river_cpp.engine.sequences)
+                # scope only (river_cpp.engine.compute.sequences)
                 with cache_scope(job.scope):
                     job.run(self.model)
             finally:

@@ -20,8 +20,8 @@ import numpy as np
 
 from river_cpp.decoding.generation import generate_step
 from river_cpp.decoding.presets import PAPER
-from river_cpp.engine.backbone import Backbone
-from river_cpp.engine.gguf_info import read_gguf_info
+from river_cpp.engine.compute.backbone import Backbone
+from river_cpp.engine.files.gguf_info import read_gguf_info
 from river_cpp.measure.bench.report import BACKBONE_RUNG, LLAMA_ENGINE, RIVER_ENGINE
 from river_cpp.measure.configs import RiverConfig, backbone_config, full_river, peer_name, river_at_tau
 from river_cpp.measure.evaluate import ForcedTokens
@@ -64,7 +64,7 @@ def bench_tokens(model_path: Union[str, os.PathLike], n_tokens: int) -> list[int
     """The fixed token sequence every configuration is fed: BOS (when the model adds
     one), then the project's chat prompts in the model's chat template, repeated."""
     from river_cpp.engine._ggml import set_ggml_verbosity
-    from river_cpp.engine.tokenizer import Tokenizer
+    from river_cpp.engine.compute.tokenizer import Tokenizer
     from river_cpp.measure.corpus import chat_prompts, document_tokens
 
     set_ggml_verbosity(False)  # loading a vocabulary logs every metadata key otherwise

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from river_cpp.decoding.generation import generate
-from river_cpp.engine.backbone import Backbone
+from river_cpp.engine.compute.backbone import Backbone
 
 if TYPE_CHECKING:
     from river_cpp.decoding.speculative import Speculative

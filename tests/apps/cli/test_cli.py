@@ -89,7 +89,7 @@ def test_eval_prints_statistics_and_a_table_and_writes_json(tiny_llama4, tmp_pat
 
 def test_eval_says_when_llama_cpp_ran_without_extra_buffer_types(tiny_llama4, monkeypatch, capsys):
     from river_cpp.engine import _core
-    from river_cpp.engine.extra_bufts import ENV
+    from river_cpp.engine.probes.extra_bufts import ENV
 
     if not _core.cpu_extra_buffer_types():
         pytest.skip("this ggml's CPU backend has no extra buffer type to turn off")

@@ -5,8 +5,8 @@ import json
 import time
 
 from river_cpp.apps.cli import main
-from river_cpp.engine import river_choice
-from river_cpp.engine.river_choice import ACCEPTANCE, Timings
+from river_cpp.engine.decisions import river_choice
+from river_cpp.engine.decisions.river_choice import ACCEPTANCE, Timings
 
 STEEP = {1: 1.0, 2: 1.6, 4: 1.7, 6: 2.5, 9: 2.6}  # a 4-bit backbone's verify on 2 cores
 
@@ -24,7 +24,7 @@ def test_generate_verbose_and_info_say_what_was_chosen(tiny_llama4, river_cache,
     assert main(["info", str(tiny_llama4)]) == 0
     out = capsys.readouterr().out
     assert "river: none (n-gram drafts only)" in out
-    # the same timing says how many requests a server batches (river_cpp.engine.parallel_choice)
+    # the same timing says how many requests a server batches (river_cpp.engine.decisions.parallel_choice)
     assert "parallel: 4 slots: a step batched over 4 sequences costs 1.70 plain steps" in out
     # this machine's load decides which; either way the line says when the timing was taken
     timing = next(line.strip() for line in out.splitlines() if line.strip().startswith("timing: "))

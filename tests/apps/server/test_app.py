@@ -25,7 +25,7 @@ openai = pytest.importorskip("openai")
 from river_cpp import RiverModel  # noqa: E402
 from river_cpp.apps.server import ServerConfig, build, make_server  # noqa: E402
 from river_cpp.decoding.speculative import Speculative  # noqa: E402
-from river_cpp.engine.policy import ExitPolicy  # noqa: E402
+from river_cpp.engine.compute.policy import ExitPolicy  # noqa: E402
 
 pytestmark = pytest.mark.server
 

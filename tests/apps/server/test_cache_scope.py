@@ -11,7 +11,7 @@ import pytest
 
 from river_cpp.apps.server.protocol import ParsedRequest
 from river_cpp.apps.server.worker import Job, ModelWorker
-from river_cpp.engine import prompt_cache
+from river_cpp.engine.compute import prompt_cache
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("stand_in_completions")]
 

@@ -19,8 +19,8 @@ from river_cpp.apps.server.protocol import (
 from river_cpp.decoding.decision import SAMPLING_DEFAULTS, Decoding, preset_decoding
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
-from river_cpp.engine.context import ContextOverflowError
-from river_cpp.engine.policy import ExitPolicy
+from river_cpp.engine.compute.context import ContextOverflowError
+from river_cpp.engine.compute.policy import ExitPolicy
 
 pytestmark = pytest.mark.server
 

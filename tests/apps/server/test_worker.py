@@ -12,7 +12,7 @@ import pytest
 from river_cpp.apps.server.protocol import ParsedRequest
 from river_cpp.apps.server.worker import Job, ModelWorker
 from river_cpp.completions import CANCELLED
-from river_cpp.engine.context import ContextOverflowError
+from river_cpp.engine.compute.context import ContextOverflowError
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("stand_in_completions")]
 
