@@ -238,6 +238,8 @@ class LlamaCppBackbone:
         self._snapshot = _Snapshot()
         # river-cpp's tokenizer, so that prompts split and pieces join exactly as on the graph
         self._tokenizer = Tokenizer(self.model_path)
+        # What decoding learns of drafting on this model, kept with it (river_cpp.decoding.speculative).
+        self.learned_drafting: dict = {}
         self._last_n_tokens = 0
 
     # ---------------------------------------------------------------- lifecycle

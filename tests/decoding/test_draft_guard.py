@@ -170,7 +170,6 @@ def _run(monkeypatch, loss_steps: float) -> tuple[list[int], float, SpeculativeS
 
 def test_the_guard_rests_drafts_whose_whole_rounds_lose(monkeypatch):
     unguarded_tokens, unguarded_time, unguarded = _run(monkeypatch, float("inf"))
-    speculative._learned.clear()
     guarded_tokens, guarded_time, guarded = _run(monkeypatch, LOSS_STEPS)
     expected = SEQUENCE[N_PROMPT : N_PROMPT + N_TOKENS]
     assert unguarded_tokens == guarded_tokens == expected
@@ -220,10 +219,3 @@ def test_the_footer_says_how_fast_against_plain_and_which_drafts_paused():
     assert SpeculativeStats().speed_summary() is None  # nothing drafted: the footer says so otherwise
     few = SpeculativeStats(drafted=3, round_times=RoundTimes(1, 1, 0.1, 3, 0.1))
     assert few.speed_summary().startswith("speed: not estimated")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_learning():
-    speculative._learned.clear()
-    yield
-    speculative._learned.clear()
