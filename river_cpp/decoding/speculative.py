@@ -398,7 +398,7 @@ def _draft(
         for source in sources.values():
             source.keep(history)
     offers, named = {}, {}
-    # Where other sequences share the backbone's batches (river_cpp.engine.sequences),
+    # Where other sequences share the backbone's batches (river_cpp.engine.scheduler),
     # their rows fill each batch already: a draft that costs forwards of its own (the
     # river, a draft model) then loses on a CPU, while lookups, free, still pay.
     shared = getattr(model, "shares_batches", False)

@@ -106,10 +106,10 @@ class Backbone(Protocol):
 
 
 def drafting_home(model: object) -> object:
-    """The object that keeps what decoding learns on `model` from one generation to the
-    next (drafting statistics, the draft memory): a generation's lease of a sequence
-    (river_cpp.engine.sequences.Lease) names the sequence's backbone; any other backbone
-    is its own."""
+    """The object that keeps the draft memory of the generations on `model`'s sequence
+    (river_cpp.decoding.draft_memory): the backbone itself, one sequence's on a model of
+    several (the scheduler asks it on the sequence a generation runs on). What drafting
+    learns of lengths is the model's: its `learned_drafting` dict."""
     return getattr(model, "drafting_home", model)
 
 

@@ -487,7 +487,7 @@ class GraphBackbone:
     def save_sequence(self, *, seq: int = 0) -> _SavedSequence:
         """Everything sequence `seq` holds (every position, exited ones too, K/V as
         stored), for load_sequence to put back: what a generation keeps while another
-        holds its sequence (river_cpp.engine.sequences)."""
+        holds its sequence (river_cpp.engine.scheduler)."""
         n = self.engine.seq_n_past(seq)
         kv = self.engine.save_kv(n, seq) if n else b""
         return _SavedSequence(self._cached_ids[seq][:n], self._cached_depths[seq][:n], self._last_exit_layers[seq], kv)

@@ -443,7 +443,7 @@ class LlamaCppBackbone:
     def save_sequence(self) -> tuple[list[int], bytes, int]:
         """Everything the sequence holds (llama.cpp's state of it: the KV cache and a
         recurrent state as stored), for load_sequence to put back: what a generation
-        keeps while another holds the sequence (river_cpp.engine.sequences)."""
+        keeps while another holds the sequence (river_cpp.engine.scheduler)."""
         ids, state = self.prefix_state()
         return ids, state, self._last_n_tokens
 

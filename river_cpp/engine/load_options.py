@@ -46,7 +46,7 @@ class LoadOptions:
     n_ctx: positions of the KV cache (of each sequence).
     n_seq_max: sequences the KV cache holds, n_ctx positions each: generations on
         several threads each take one and their forwards run together, every answer
-        as if alone (river_cpp.engine.sequences; the graph backbone; llama.cpp's
+        as if alone (river_cpp.engine.scheduler; the graph backbone; llama.cpp's
         serves one sequence at a time).
     n_threads: threads of a forward (None: river_cpp._cpus.default_n_threads(), resolved
         here once).

@@ -3,7 +3,7 @@ reporting to the event loop and stopping when cancelled.
 
 One thread loads the model; then `parallel` threads take jobs in arrival order and
 run them, each on a sequence of its own (a model loaded with n_seq_max = parallel:
-river_cpp.engine.sequences), their forwards batched together. The event loop only
+river_cpp.engine.scheduler), their forwards batched together. The event loop only
 queues jobs and reads their events, and never waits on the model. Nothing here knows
 HTTP.
 """
@@ -166,7 +166,7 @@ class ModelWorker:
                 return
             try:
                 # the model keeps each sequence's tokens for the next request of the same
-                # scope only (river_cpp.engine.sequences)
+                # scope only (river_cpp.engine.scheduler)
                 with cache_scope(job.scope):
                     job.run(self.model)
             finally:
