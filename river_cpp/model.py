@@ -90,10 +90,10 @@ class RiverModel:
         prompt_cache = make_prompt_cache(prompt_cache)  # a bad value fails before anything loads
         self.model_path = check_model_path(model_path)
         self.options = options
-        self.seed = seed
         self.verbose = options.verbose
         exits = policy is not None and policy != ExitPolicy.never()
         self._backbone, self.backbone_choice, self.river_choice = open_backbone(self.model_path, options, exits=exits)
+        self.seed = seed
         n_seq = self._backbone.n_seq if isinstance(self._backbone, GraphBackbone) else 1
         if n_seq < options.n_seq_max:
             warnings.warn(
@@ -128,6 +128,17 @@ class RiverModel:
         """What computes: river_cpp.engine's graph or llama.cpp backbone; ValueError once closed."""
         self._check_open()
         return self._backbone
+
+    @property
+    def seed(self) -> Optional[int]:
+        """The sampling seed of calls that name none (None: fresh entropy); settable. Kept
+        on the backbone, where the generation loop applies it (its one home:
+        river_cpp.decoding.generation.generation_requests)."""
+        return self._backbone.seed
+
+    @seed.setter
+    def seed(self, value: Optional[int]) -> None:
+        self._backbone.seed = value
 
     @property
     def prompt_cache(self) -> Optional[PromptCache]:
@@ -425,8 +436,6 @@ class RiverModel:
             decoding = self.decoding(policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
         else:
             check_alone(policy, speculative, sampling, sampling_options)
-        if decoding.sampling.seed is None and self.seed is not None:
-            decoding = dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=self.seed))
         self._check_open()
         chunks = generation_requests(self._scheduler.model, prompt, decoding=decoding, **options)
         generation = GenerationStream(self._scheduler.start(chunks, None if isinstance(prompt, str) else prompt))

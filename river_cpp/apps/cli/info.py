@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     info = system_info(reprobe=args.reprobe)
     backbone = choice = None
     if args.model is not None:
-        from river_cpp._cpus import default_n_threads
+        from river_cpp._cpus import n_threads_or_default
         from river_cpp.engine.backbone_choice import GRAPH, choose_backbone
         from river_cpp.engine.own_products import NONE, model_products, own_products
         from river_cpp.engine.river_choice import choose_river
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         info["backbone"] = {"kind": backbone.kind, "arch": backbone.arch, "reason": backbone.reason}
         info["backbone"]["products"] = model_products(args.model, own_products() if backbone.kind == GRAPH else NONE)
         if backbone.kind == GRAPH:
-            choice = choose_river(args.model, n_threads=args.threads or default_n_threads(), retime=args.retime)
+            choice = choose_river(args.model, n_threads=n_threads_or_default(args.threads), retime=args.retime)
             info["river_choice"] = choice.as_dict()
             from river_cpp.engine import _core
 
