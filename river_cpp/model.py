@@ -91,7 +91,9 @@ class RiverModel:
         self.model_path = check_model_path(model_path)
         self.options = options
         self.verbose = options.verbose
-        exits = policy is not None and policy != ExitPolicy.never()
+        if policy is not None and not isinstance(policy, ExitPolicy):  # before anything loads
+            raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
+        exits = policy is not None and policy.exits()
         self._backbone, self.backbone_choice, self.river_choice = open_backbone(self.model_path, options, exits=exits)
         self.seed = seed
         n_seq = self._backbone.n_seq if isinstance(self._backbone, GraphBackbone) else 1
