@@ -198,6 +198,12 @@ def default_n_threads() -> int:
     return default_thread_choice().n_threads
 
 
+def n_threads_or_default(n_threads: Optional[int]) -> int:
+    """`n_threads` as given, or default_n_threads() for None: the one place every
+    option that may leave the thread count open resolves it."""
+    return default_n_threads() if n_threads is None else n_threads
+
+
 # ---------------------------------------------------------------------------------------
 # How OpenMP threads wait
 # ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from river_cpp.decoding.decision import (
     sampling_defaults,
 )
 from river_cpp.decoding.exit_stats import ExitStats
-from river_cpp.decoding.generation import GenerationResult, GenerationStream, stream_generate
+from river_cpp.decoding.generation import GenerationResult, GenerationStream, generation_requests
 from river_cpp.decoding.presets import DEFAULT
 from river_cpp.decoding.sampling import SamplingParams
 from river_cpp.decoding.speculative import Speculative
@@ -33,11 +33,12 @@ from river_cpp.engine import _core
 from river_cpp.engine.compute.graph_backbone import GraphBackbone
 from river_cpp.engine.compute.llama_backbone import LlamaCppBackbone
 from river_cpp.engine.compute.load_options import LoadOptions
+from river_cpp.engine.decisions.loading import check_model_path, open_backbone
 from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.engine.compute.prompt_cache import PromptCache, make_prompt_cache
-from river_cpp.engine.compute.sequences import Lease, SequencePool
+from river_cpp.engine.compute.requests import Forward, Requests, call
+from river_cpp.engine.compute.scheduler import Scheduler
 from river_cpp.engine.compute.tokenizer import Tokenizer
-from river_cpp.engine.decisions.loading import check_model_path, open_backbone
 
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
 
@@ -89,10 +90,12 @@ class RiverModel:
         prompt_cache = make_prompt_cache(prompt_cache)  # a bad value fails before anything loads
         self.model_path = check_model_path(model_path)
         self.options = options
-        self.seed = seed
         self.verbose = options.verbose
-        exits = policy is not None and policy != ExitPolicy.never()
+        if policy is not None and not isinstance(policy, ExitPolicy):  # before anything loads
+            raise TypeError(f"policy must be an ExitPolicy, got {type(policy).__name__}")
+        exits = policy is not None and policy.exits()
         self._backbone, self.backbone_choice, self.river_choice = open_backbone(self.model_path, options, exits=exits)
+        self.seed = seed
         n_seq = self._backbone.n_seq if isinstance(self._backbone, GraphBackbone) else 1
         if n_seq < options.n_seq_max:
             warnings.warn(
@@ -101,14 +104,14 @@ class RiverModel:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        # The sequences generations lease (river_cpp.engine.compute.sequences): a generation
-        # holds one from its first token until it is exhausted or closed; the model's
-        # own calls hold sequence 0 for the call. With one sequence, generations of
-        # other threads take turns, and those of this thread take it over in turn.
+        # The one loop over the sequences (river_cpp.engine.compute.scheduler): it leases them
+        # to generations, from the first token until a stream is exhausted or closed,
+        # and runs every forward and KV operation; the model's own calls run on it too,
+        # on sequence 0. With one sequence, generations of other threads take turns,
+        # and those read in turn on one thread take it over in turn.
         backbone = self._backbone
         views = [backbone.sequence(s) for s in range(n_seq)] if n_seq > 1 else [backbone]
-        batcher = getattr(backbone, "batcher", None)
-        self._pool = SequencePool(views, hold=None if batcher is None else batcher.hold)
+        self._scheduler = Scheduler(views, rows=backbone if n_seq > 1 else None, on_end=self._keep_in_prompt_cache)
         if policy is not None:
             self._backbone.check_policy(policy)  # on llama.cpp's: names the architecture and what works
         self.prompt_cache = prompt_cache
@@ -127,6 +130,17 @@ class RiverModel:
         """What computes: river_cpp.engine's graph or llama.cpp backbone; ValueError once closed."""
         self._check_open()
         return self._backbone
+
+    @property
+    def seed(self) -> Optional[int]:
+        """The sampling seed of calls that name none (None: fresh entropy); settable. Kept
+        on the backbone, where the generation loop applies it (its one home:
+        river_cpp.decoding.generation.generation_requests)."""
+        return self._backbone.seed
+
+    @seed.setter
+    def seed(self, value: Optional[int]) -> None:
+        self._backbone.seed = value
 
     @property
     def prompt_cache(self) -> Optional[PromptCache]:
@@ -158,7 +172,7 @@ class RiverModel:
         ValueError; close waits only for the forwards running now (one each at most),
         never for a stream nobody reads. Returns at once when an RPC server of this
         model went away: what lived there is leaked, not freed on a dead connection."""
-        self._pool.close()
+        self._scheduler.close()
         self._backbone.close()
 
     def __enter__(self) -> RiverModel:
@@ -230,7 +244,17 @@ class RiverModel:
     @property
     def n_seq_max(self) -> int:
         """Sequences generations may run on at once (see LoadOptions.n_seq_max)."""
-        return self._pool.n_seq
+        return self._scheduler.n_seq
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The loop that runs every generation's forwards and KV operations (read-only)."""
+        return self._scheduler
+
+    @property
+    def learned_drafting(self) -> dict:
+        """What decoding learned of drafting on this model (river_cpp.decoding.speculative)."""
+        return self._backbone.learned_drafting
 
     @property
     def n_threads(self) -> int:
@@ -322,13 +346,11 @@ class RiverModel:
 
     def reset(self) -> None:
         """Forget the sequence: the next forward starts at position 0."""
-        with self._pool.model_call():
-            self.backbone.reset()
+        self._call(call("reset"))
 
     def rewind(self, n_past: int) -> None:
         """Shorten the cached sequence to its first `n_past` positions."""
-        with self._pool.model_call():
-            self.backbone.rewind(n_past)
+        self._call(call("rewind", n_past))
 
     @property
     def cached_ids(self) -> list[int]:
@@ -340,14 +362,12 @@ class RiverModel:
         forward of them on `route` (under `policy`, default the model's) computes
         them, at most len(ids) - 1. A query: it waits for a running generation and
         changes nothing (a generation's result.cached_tokens says what it reused)."""
-        with self._pool.model_call():
-            return self.backbone.cached_prefix(ids, route=route, policy=self.policy if policy is None else policy)
+        return self._call(call("cached_prefix", ids, route=route, policy=self.policy if policy is None else policy))
 
     def reuse_prefix(self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None) -> int:
         """Bring the cache to the prefix cached_prefix finds, dropping the rest (a
         prefill's first move); its length."""
-        with self._pool.model_call():
-            return self.backbone.reuse_prefix(ids, route=route, policy=self.policy if policy is None else policy)
+        return self._call(call("reuse_prefix", ids, route=route, policy=self.policy if policy is None else policy))
 
     def forward(
         self,
@@ -373,15 +393,13 @@ class RiverModel:
         exact rows (see `exact`). Raises RiverError when an RPC server holding part of
         the model went away (and from then on).
         """
-        with self._pool.model_call():
-            return self.backbone.forward(
-                ids,
-                last_only=last_only,
-                route=route,
-                policy=self.policy if policy is None else policy,
-                exit_vocab=exit_vocab,
-                prompt=prompt,
-            )
+        policy = self.policy if policy is None else policy
+        return self._call(Forward(ids, last_only, route, policy, exit_vocab, prompt))
+
+    def _call(self, request: Any) -> Any:
+        """One request on sequence 0, run by the scheduler (a model call); its result."""
+        self._check_open()
+        return self._scheduler.call(_one(request))
 
     # ---------------------------------------------------------------- generation
 
@@ -406,7 +424,7 @@ class RiverModel:
         speculative=False, plain decoding under the model's policy. `decoding`: an
         already resolved Decoding instead of those options.
         Holds a sequence of the model from its first token until it ends (a stream:
-        until it is exhausted or closed), taken then (river_cpp.engine.compute.sequences): a free
+        until it is exhausted or closed), taken then (river_cpp.engine.compute.scheduler): a free
         one, waiting while every one is in another thread's generations. Generations on
         several threads run at once, their forwards batched together, each answer as it
         would be alone; with one sequence (n_seq_max=1, the default) they take turns.
@@ -420,37 +438,22 @@ class RiverModel:
             decoding = self.decoding(policy=policy, speculative=speculative, sampling=sampling, **sampling_options)
         else:
             check_alone(policy, speculative, sampling, sampling_options)
-        if decoding.sampling.seed is None and self.seed is not None:
-            decoding = dataclasses.replace(decoding, sampling=decoding.sampling.replace(seed=self.seed))
         self._check_open()
-        lease = self._pool.lease(None if isinstance(prompt, str) else prompt)
-        chunks = stream_generate(lease, prompt, decoding=decoding, **options)
-        generation = GenerationStream(self._on_lease(chunks, lease))
+        chunks = generation_requests(self._scheduler.model, prompt, decoding=decoding, **options)
+        generation = GenerationStream(self._scheduler.start(chunks, None if isinstance(prompt, str) else prompt))
         if stream:
             return generation
         for _ in generation:
             pass
         return generation.result
 
-    def _on_lease(self, chunks: GenerationStream, lease: Lease):
-        """`chunks` and their result on `lease`, which takes a sequence at the first
-        chunk and gives it back at the end (or when the stream is closed or dropped)."""
-        try:
-            yield from chunks
-        finally:
-            chunks.close()
-            self._keep_in_prompt_cache(lease)
-            lease.release()
-        return chunks.result
-
-    def _keep_in_prompt_cache(self, lease: Lease) -> None:
-        """Save the sequence `lease` holds after a generation into the prompt cache (not
-        where it holds none now: it ended before its first token, or another stream of
-        its thread took its sequence over)."""
-        cache = None if self._pool.closed else self._backbone.prompt_cache
-        if cache is not None and lease.holds_sequence:
+    def _keep_in_prompt_cache(self, sequence: Any) -> None:
+        """Save what a sequence holds after a generation into the prompt cache (the
+        scheduler calls this as the generation ends, in its reader's context)."""
+        cache = self._backbone.prompt_cache
+        if cache is not None:
             try:
-                cache.save(lease)
+                cache.save(sequence)
             except (_core.RiverError, OSError, ValueError) as error:  # a cache never fails a request
                 warnings.warn(f"prompt cache: the sequence was not saved: {error}", RuntimeWarning, stacklevel=2)
 
@@ -487,3 +490,8 @@ class RiverModel:
         from river_cpp.engine.files.hub import download
 
         return cls(download(repo_id, filename, revision=revision, cache_dir=cache_dir), **kwargs)
+
+
+def _one(request: Any) -> Requests:
+    """A loop that asks one request; its result."""
+    return (yield request)

@@ -1,5 +1,5 @@
 """Streams read in turn on one thread, a chunk of each at a time: what the tests of
-leased sequences (river_cpp.engine.compute.sequences) run their streams with."""
+leased sequences (river_cpp.engine.compute.scheduler) run their streams with."""
 
 from __future__ import annotations
 

@@ -1,12 +1,15 @@
-"""RiverModel's sequences, leased per generation (river_cpp.engine.compute.sequences): streams
+"""RiverModel's sequences, leased per generation by its scheduler (river_cpp.engine.compute.scheduler): streams
 read in turn on one thread, on the demo model with one sequence or several and with
 fewer sequences than streams, with the model's own calls between their chunks, and on
 a tiny model on either backbone; each answer is the one it gets alone, to the bits of
-its logprobs. close() with streams left open returns at once and ends them."""
+its logprobs. close() with streams left open returns at once and ends them; a fault
+injected into the scheduler fails the generations pending then, at once, and the
+model serves on."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -141,3 +144,39 @@ def test_streams_read_in_turn_answer_as_alone_on_either_backbone(tiny_llama, eng
             want.append(list(chunks_of(model.generate(prompt, stream=True, **options))))
         streams = [chunks_of(model.generate(prompt, stream=True, **options)) for prompt in prompts]
         assert read_in_turn(streams) == want
+
+
+@pytest.mark.real_model
+def test_a_fault_in_the_scheduler_fails_the_pending_generations_at_once_and_it_serves_on(models, monkeypatch):
+    model = models(4)
+    want = alone(models(1), PROMPTS[0], **GREEDY)
+    compute = model.scheduler._compute
+    injected: list[float] = []
+
+    def broken(asking) -> None:
+        monkeypatch.setattr(model.scheduler, "_compute", compute)  # once
+        injected.append(time.monotonic())
+        raise MemoryError("injected into the scheduler")
+
+    outcomes: list = []
+
+    def read(prompt: str) -> None:
+        stream = model.generate(prompt, stream=True, max_tokens=MAX_TOKENS, logprobs=1, **GREEDY)
+        try:
+            outcomes.append(list(chunks_of(stream)))
+        except RuntimeError as error:
+            outcomes.append((error, time.monotonic()))
+
+    readers = [threading.Thread(target=read, args=(prompt,), daemon=True) for prompt in PROMPTS]
+    monkeypatch.setattr(model.scheduler, "_compute", broken)
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(60)
+    failed = [outcome for outcome in outcomes if isinstance(outcome, tuple)]
+    assert len(outcomes) == len(PROMPTS) and failed
+    for error, at in failed:
+        assert "scheduler failed" in str(error) and isinstance(error.__cause__, MemoryError)
+        assert at - injected[0] < 1.0
+    assert alone(model, PROMPTS[0], **GREEDY) == want  # and it serves on
+    assert model.scheduler.in_use == 0

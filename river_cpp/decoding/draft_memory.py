@@ -13,7 +13,9 @@ document is used when it is added, and when a draft is taken from it). A chat's 
 prompt holds the previous call's whole text, so a document that a new one begins with
 is replaced by it rather than kept twice.
 
-One memory per model object (memory_of), held weakly: it never crosses models. The
+One memory per backbone object (memory_of), held weakly: it never crosses models. A
+memory follows one call at a time (begin, note), so on a model of several sequences
+each sequence's backbone has its own (river_cpp.engine.compute.backbone.drafting_home). The
 server shares it between requests only where its operator opts in (--share-drafts).
 """
 

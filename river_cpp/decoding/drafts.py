@@ -26,6 +26,7 @@ from river_cpp.decoding.steps import prefill
 from river_cpp.decoding.suffix_index import match_bucket
 from river_cpp.engine.compute.backbone import Backbone
 from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.requests import Forward, Requests, call, run_alone
 
 
 def ngram_source(n: int) -> str:
@@ -91,11 +92,13 @@ class Draft(Protocol):
 
     def propose(
         self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
-    ) -> Proposal:
-        """Up to k tokens continuing `history`; a forward draft ends the round after
-        the first token whose top probability is below p_min (0: never). `grammar`:
-        the state after `history`; a forward draft then drafts only tokens it allows
-        (the loop cuts any draft at the first token the grammar forbids)."""
+    ) -> Requests:
+        """Up to k tokens continuing `history`, as a request loop (river_cpp.engine.compute.requests)
+        returning the Proposal: the river's forwards are the target sequence's requests;
+        every other source asks it nothing. A forward draft ends the round after the
+        first token whose top probability is below p_min (0: never). `grammar`: the
+        state after `history`; a forward draft then drafts only tokens it allows (the
+        loop cuts any draft at the first token the grammar forbids)."""
         ...
 
     def keep(self, history: Sequence[int]) -> None:
@@ -122,7 +125,8 @@ def _advance(state: GrammarState, proposal: Proposal, start: int) -> bool:
 
 
 class _ForwardDraft:
-    """A draft that runs a model's forward per token and samples from its logits."""
+    """A draft that runs a model's forward per token and samples from its logits: its
+    drafting is a request loop on the sequence of the model it drafts with."""
 
     model: Backbone
     name: str
@@ -130,9 +134,10 @@ class _ForwardDraft:
     def available(self, history: Sequence[int], max_tokens: int) -> int:
         return max_tokens
 
-    def propose(
+    def drafting(
         self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
-    ) -> Proposal:
+    ) -> Requests:
+        """propose's loop, its requests on the drafting model's sequence."""
         proposal = Proposal()
         state = grammar.clone() if grammar is not None else None
         # Each drafted token is the draft's sample with the draw its position will be
@@ -145,7 +150,8 @@ class _ForwardDraft:
                     break
                 continue
             context = list(history) + proposal.tokens
-            logits = self._forward(context[self.model.n_past :])
+            n_past = yield call("n_past")
+            logits = (yield self._forward(context[n_past:]))[0]
             proposal.forwards += 1
             try:
                 dist = sampler.distribution(logits, context, state)
@@ -167,7 +173,8 @@ class _ForwardDraft:
         """Extend `proposal` from elsewhere instead of a forward (whether it did)."""
         return False
 
-    def _forward(self, ids: Sequence[int]) -> np.ndarray:
+    def _forward(self, ids: Sequence[int]) -> Forward:
+        """The forward of one drafted position (its logits: row 0 of the result)."""
         raise NotImplementedError
 
 
@@ -213,8 +220,13 @@ class RiverDraft(_ForwardDraft):
         proposal.add(copy_source(n), tokens)
         return True
 
-    def _forward(self, ids: Sequence[int]) -> np.ndarray:
-        return self.model.forward(ids, last_only=True, route="decode", policy=self.policy, exit_vocab=self.vocab)[0]
+    def propose(
+        self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
+    ) -> Requests:
+        return self.drafting(history, k, sampler, p_min, grammar)  # on the target's own sequence
+
+    def _forward(self, ids: Sequence[int]) -> Forward:
+        return Forward(ids, last_only=True, route="decode", policy=self.policy, exit_vocab=self.vocab)
 
     def keep(self, history: Sequence[int]) -> None:
         pass
@@ -240,25 +252,27 @@ class ModelDraft(_ForwardDraft):
 
     def propose(
         self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
-    ) -> Proposal:
-        """As every forward draft, after bringing the draft's cache up to the history
+    ) -> Requests:
+        """As every forward draft (run on the draft model at once: the target's
+        sequence is asked nothing), after bringing the draft's cache up to the history
         in one batch, timed apart (Proposal.catch_up_seconds). After plain rounds the
         cache is behind by their tokens, and catching up is a cost of those rounds,
         not of the drafted tokens. Counted as the first drafted token's forward, it
         made the 0.5B's probes on the 1.5B's chat cost 0.7-1.6 plain steps a token
         against 0.16-0.19, and in two of four benchmark runs the draft then stayed at
         plain decoding to the end (docs/results.md)."""
+        yield from ()  # the draft model's own cache is used at once, here
         start = time.perf_counter()
         behind = history[self.model.n_past : -1]
         if behind:
             self.model.forward(behind, last_only=True, route="backbone")
         caught_up = time.perf_counter() - start
-        proposal = super().propose(history, k, sampler, p_min, grammar)
+        proposal = run_alone(self.model, self.drafting(history, k, sampler, p_min, grammar))
         proposal.catch_up_seconds = caught_up
         return proposal
 
-    def _forward(self, ids: Sequence[int]) -> np.ndarray:
-        return self.model.forward(ids, last_only=True, route="backbone")[0]
+    def _forward(self, ids: Sequence[int]) -> Forward:
+        return Forward(ids, last_only=True, route="backbone")
 
     def keep(self, history: Sequence[int]) -> None:
         # Its cache may hold rejected drafts past the accepted history (all but the last token).
@@ -277,7 +291,8 @@ class LookupDraft:
 
     def propose(
         self, history: Sequence[int], k: int, sampler: Sampler, p_min: float, grammar: Optional[GrammarState] = None
-    ) -> Proposal:
+    ) -> Requests:
+        yield from ()  # a lookup asks the sequence nothing
         return Proposal(self.offer[:k], self.offer_name)
 
 

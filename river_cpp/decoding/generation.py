@@ -14,7 +14,7 @@ import codecs
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -22,11 +22,12 @@ from river_cpp.decoding.decision import Decoding, SpeculativeOption, check_alone
 from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.sampling import NoLegalToken, Sampler, SamplingParams
-from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_step
-from river_cpp.decoding.steps import Step, decode_one_token, prefill
+from river_cpp.decoding.speculative import Speculative, SpeculativeStats, speculative_loop
+from river_cpp.decoding.steps import Step, decode_one_token, prefill_requests
 from river_cpp.engine.compute.backbone import Backbone
 from river_cpp.engine.compute.context import check_fits
 from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.requests import Call, Forward, Requests, alone, call
 
 # finish_reason of a generation whose grammar allowed no token at some point (the
 # text so far is what it allowed; not one of OpenAI's reasons).
@@ -161,7 +162,9 @@ class GenerationStream:
     >>> stream.result.finish_reason
     """
 
-    def __init__(self, chunks: Generator[GenerationChunk, None, GenerationResult]) -> None:
+    def __init__(self, chunks: Iterator[GenerationChunk]) -> None:
+        """`chunks`: an iterator of the chunks whose StopIteration carries the result,
+        and that has close() (a generator, or a scheduler's river_cpp.engine.compute.scheduler.Stream)."""
         self._chunks = chunks
         self._result: Optional[GenerationResult] = None
 
@@ -190,7 +193,7 @@ class GenerationStream:
 # ---------------------------------------------------------------- token loop
 
 
-def generate_step(
+def decode_loop(
     model: Backbone,
     prompt_ids: Sequence[int],
     sampler: Callable[[np.ndarray, Sequence[int]], int],
@@ -199,8 +202,10 @@ def generate_step(
     speculative: Optional[Speculative] = None,
     speculative_stats: Optional[SpeculativeStats] = None,
     grammar: Optional[Grammar] = None,
-) -> Iterator[Step]:
-    """Tokens continuing `prompt_ids`, one Step per next(), until the caller stops.
+) -> Requests:
+    """Tokens continuing `prompt_ids`, one Step yielded at a time, until the caller stops;
+    a request loop (river_cpp.engine.compute.requests): it yields what it asks of its sequence
+    too, and `model` is read only for what every sequence shares (sizes, tokenizer).
 
     `sampler(logits, history) -> token` chooses each token (a Sampler, or any callable:
     measurement forces tokens this way). `policy`: the exit policy of this loop's
@@ -211,16 +216,16 @@ def generate_step(
     backbone's, and `speculative_stats` (if given) counts drafts and acceptances.
     `grammar`: only tokens it allows (the sampler is then asked with its state);
     raises NoLegalToken after the last token when it allows none.
-    Lazy: the forward after a token runs only when the caller asks for the next one.
+    Lazy: the forward after a token is asked only when the loop is resumed after it.
     Ends when the prompt and the tokens yielded fill the context.
     """
     if speculative is not None:
-        yield from speculative_step(model, prompt_ids, sampler, speculative, speculative_stats, grammar=grammar)
+        yield from speculative_loop(model, prompt_ids, sampler, speculative, speculative_stats, grammar=grammar)
         return
     policy_at = policy if callable(policy) else (lambda i: policy)
     state = grammar.start() if grammar is not None else None
     history = list(prompt_ids)
-    logits, cached_tokens = prefill(model, prompt_ids, policy=policy_at(0))
+    logits, cached_tokens = yield from prefill_requests(prompt_ids, policy=policy_at(0))
     while True:
         if state is None:
             token = sampler(logits, history)
@@ -228,12 +233,18 @@ def generate_step(
             token = sampler(logits, history, state)
             state.accept(token)
         history.append(token)
-        yield Step(token, logits, int(model.last_exit_layers[-1]), cached_tokens)
+        exit_layers = yield call("last_exit_layers")
+        yield Step(token, logits, int(exit_layers[-1]), cached_tokens)
         cached_tokens = 0
         # The cache holds everything before `token`; with it the sequence is full.
-        if model.n_past + 1 >= model.n_ctx:
+        if (yield call("n_past")) + 1 >= model.n_ctx:
             return
-        logits = decode_one_token(model, token, policy=policy_at(len(history) - len(prompt_ids)))
+        logits = yield from decode_one_token(token, policy=policy_at(len(history) - len(prompt_ids)))
+
+
+def generate_step(model: Backbone, prompt_ids: Sequence[int], sampler: Callable, **options: Any) -> Iterator[Step]:
+    """decode_loop run on `model` alone, on this thread (its options): the Steps."""
+    return alone(model, decode_loop(model, prompt_ids, sampler, **options))
 
 
 # ---------------------------------------------------------------- text
@@ -291,27 +302,6 @@ class _StoppingText:
 # ---------------------------------------------------------------- generate
 
 
-class _Timed:
-    """Items of an iterator with the seconds each next() took (not the consumer's
-    time); ends at the iterator's end or at its NoLegalToken (then `dead_end`)."""
-
-    def __init__(self, iterator: Iterator[Step]) -> None:
-        self._iterator = iterator
-        self.dead_end = False
-
-    def __iter__(self) -> Iterator[tuple[Step, float]]:
-        while True:
-            start = time.perf_counter()
-            try:
-                item = next(self._iterator)
-            except StopIteration:
-                return
-            except NoLegalToken:
-                self.dead_end = True
-                return
-            yield item, time.perf_counter() - start
-
-
 def _generate_chunks(
     model: Backbone,
     prompt_ids: list[int],
@@ -322,10 +312,11 @@ def _generate_chunks(
     logprobs: Optional[int] = None,
     grammar: Optional[Grammar] = None,
     stopping: tuple[LogitsHook, ...] = (),
-) -> Generator[GenerationChunk, None, GenerationResult]:
-    """One chunk per sampled token; returns the GenerationResult. `stopping`: criteria
-    asked before each token is kept, with the sequence before it and the logits that
-    chose it (llama-cpp-python's rule: a token they stop at is dropped)."""
+) -> Requests:
+    """One chunk per sampled token; returns the GenerationResult. A request loop
+    (river_cpp.engine.compute.requests): its decode loop's requests pass through it. `stopping`:
+    criteria asked before each token is kept, with the sequence before it and the
+    logits that chose it (llama-cpp-python's rule: a token they stop at is dropped)."""
     tokenizer = model.tokenizer
     text = _StoppingText(sampler.params.stop)
     token_ids: list[int] = []
@@ -334,11 +325,28 @@ def _generate_chunks(
     finish_reason = "length"
     cached_tokens = 0
     stats = SpeculativeStats() if speculative is not None else None
-    steps = generate_step(
+    steps = decode_loop(
         model, prompt_ids, sampler, policy=policy, speculative=speculative, speculative_stats=stats, grammar=grammar
     )
-    steps_ended = _Timed(steps)
-    for step, step_seconds in steps_ended:
+    result: Any = None
+    error: Optional[BaseException] = None
+    start = time.perf_counter()  # each Step is timed from the loop's resumption, not the reader's time
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(result)
+        except StopIteration:
+            break
+        except NoLegalToken:
+            finish_reason = NO_LEGAL_TOKEN
+            break
+        result, error = None, None
+        if isinstance(item, (Forward, Call)):
+            try:
+                result = yield item
+            except Exception as failed:  # noqa: BLE001 - thrown on into the loop, where it asked
+                error = failed
+            continue
+        step, step_seconds = item, time.perf_counter() - start
         cached_tokens += step.cached_tokens
         if stopping:
             ids = np.asarray([*prompt_ids, *token_ids], dtype=np.intc)
@@ -362,9 +370,7 @@ def _generate_chunks(
             break
         if last:
             break
-    else:
-        if steps_ended.dead_end:
-            finish_reason = NO_LEGAL_TOKEN
+        start = time.perf_counter()
     steps.close()
     return GenerationResult(
         text=text.text,
@@ -380,7 +386,7 @@ def _generate_chunks(
     )
 
 
-def stream_generate(
+def generation_requests(
     model: Backbone,
     prompt: Union[str, Sequence[int]],
     *,
@@ -394,14 +400,15 @@ def stream_generate(
     logits_processor: Union[LogitsHook, Sequence[LogitsHook], None] = None,
     stopping_criteria: Union[LogitsHook, Sequence[LogitsHook], None] = None,
     **sampling_options: Any,
-) -> GenerationStream:
-    """The GenerationStream of a continuation of `prompt` (text, or token ids used as
-    they are); see generate. `decoding`: how it decodes, as resolved by
-    river_cpp.decoding.decision; without one, the options are resolved here over the
-    model's policy (no draft, SamplingParams' defaults). Options are checked, and the
-    prompt tokenized, before anything runs. `logits_processor` / `stopping_criteria`
-    (llama-cpp-python's hooks) run on each step's logits on the host, so a call with
-    either decodes plainly (no drafts)."""
+) -> Requests:
+    """The request loop (river_cpp.engine.compute.requests) of a continuation of `prompt` (text,
+    or token ids used as they are): it yields GenerationChunks and returns the
+    GenerationResult; see generate. `model` is read only for what its sequences share.
+    `decoding`: how it decodes, as resolved by river_cpp.decoding.decision; without one,
+    the options are resolved here over the model's policy (no draft, SamplingParams'
+    defaults). Options are checked, and the prompt tokenized, before anything runs.
+    `logits_processor` / `stopping_criteria` (llama-cpp-python's hooks) run on each
+    step's logits on the host, so a call with either decodes plainly (no drafts)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     if logprobs is not None and (
@@ -445,7 +452,13 @@ def stream_generate(
         grammar,
         stopping,
     )
-    return GenerationStream(chunks)
+    return chunks
+
+
+def stream_generate(model: Backbone, prompt: Union[str, Sequence[int]], **options: Any) -> GenerationStream:
+    """The GenerationStream of generation_requests(model, prompt, **options), run on
+    `model` alone on the reader's thread (a facade runs it on its scheduler)."""
+    return GenerationStream(alone(model, generation_requests(model, prompt, **options)))
 
 
 def generate(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import time
-import weakref
 from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -43,24 +42,28 @@ from river_cpp.decoding.grammar import Grammar, GrammarState
 from river_cpp.decoding.sampling import NoLegalToken, Sampler
 from river_cpp.decoding.speculative_options import RECALL_MIN_MATCH, Speculative
 from river_cpp.decoding.speculative_stats import SpeculativeStats
-from river_cpp.decoding.steps import Step, prefill
+from river_cpp.decoding.steps import Step, prefill_requests
 from river_cpp.decoding.suffix_index import MATCH_BUCKETS
-from river_cpp.engine.compute.backbone import Backbone, common_prefix, drafting_home
+from river_cpp.engine.compute.backbone import Backbone, common_prefix
 from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.requests import Forward, Requests, alone, call
 
 # ---------------------------------------------------------------- sources
 
 
-def _sources(model: Backbone, spec: Speculative, lengths: DraftLength, stats: SpeculativeStats) -> dict[str, Draft]:
+def _sources(
+    model: Backbone, spec: Speculative, lengths: DraftLength, stats: SpeculativeStats, memory_home: object
+) -> dict[str, Draft]:
     """The draft sources `spec` names, by name ("river", "ngram", "memory", "corpus",
     "model"); in the portfolio the river copies n-gram matches midway where `lengths`
-    says it pays. The sizes of the memory and corpus indexes go to `stats`."""
+    says it pays. `memory_home`: what keeps the draft memory (the sequence's backbone).
+    The sizes of the memory and corpus indexes go to `stats`."""
     sources: dict[str, Draft] = {}
     ngrams = None
     if spec.uses_ngrams:
         ngrams = sources["ngram"] = NgramDraft(spec.ngram_min, spec.ngram_max)
     if spec.uses_ngrams and spec.memory:
-        memory = memory_of(drafting_home(model))
+        memory = memory_of(memory_home)
         sources["memory"] = RecallDraft(
             "memory",
             lambda history, n: memory.propose(history, n, RECALL_MIN_MATCH),
@@ -89,14 +92,13 @@ def _offer_name(name: str, source: Draft) -> str:
     return source.offer_name if isinstance(source, LookupDraft) else name
 
 
-# What each model has learned of its drafts' costs and acceptance, kept from one
-# generation to the next (weakly: it goes with the model). A chat is many short
-# generations; learning the costs afresh in each (a plain step, a first draft,
-# exploring lengths, probing) cost the demo model several percent of its speed.
-_learned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# What a model has learned of its drafts' costs and acceptance is kept from one
+# generation to the next, with the model: in its `learned_drafting` dict (one per
+# backbone, shared by all its sequences, since costs and acceptance are the model's).
+# A chat is many short generations; learning the costs afresh in each (a plain step, a
+# first draft, exploring lengths, probing) cost the demo model several percent of its
+# speed. A model without that dict learns per generation.
 _MAX_LEARNED_PER_MODEL = 16
-# Each learned DraftLength's round guard: the plain rounds' timings it keeps go with it.
-_guards: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
@@ -114,21 +116,28 @@ def new_draft_length(spec: Speculative, adaptive: bool) -> DraftLength:
 def draft_length_for(model: Backbone, spec: Speculative, greedy: bool) -> DraftLength:
     """The DraftLength that `model` keeps for drafting as `spec` says (a new one for a
     fixed length): per draft, draft length, thread count, and greedy or sampled."""
-    if not spec.adaptive:
-        return new_draft_length(spec, adaptive=False)
+    return _learned_for(model, spec, greedy)[0]
+
+
+def _learned_for(model: Backbone, spec: Speculative, greedy: bool) -> tuple[DraftLength, RoundGuard]:
+    """draft_length_for's DraftLength and its round guard (the plain rounds' timings it
+    keeps go with it)."""
+    per_model = getattr(model, "learned_drafting", None)
+    if not spec.adaptive or per_model is None:
+        lengths = new_draft_length(spec, adaptive=spec.adaptive)
+        return lengths, RoundGuard(lengths.free_sources)
     if isinstance(spec.draft, ExitPolicy):
         draft: object = (tuple(spec.draft.resolve(model.n_layer)), spec.draft.signal)
     else:
         draft = spec.draft if isinstance(spec.draft, str) else id(spec.draft)
     key = (draft, spec.max_draft, spec.max_lookup, spec.p_min, spec.draft_vocab, spec.ngram_min, spec.ngram_max)
     key += (spec.memory, spec.corpus, model.n_threads, greedy)
-    try:
-        per_model = _learned.setdefault(model, {})
-    except TypeError:  # a model that takes no weak references learns per generation
-        return new_draft_length(spec, adaptive=True)
-    if key not in per_model and len(per_model) >= _MAX_LEARNED_PER_MODEL:
-        per_model.clear()  # drafts made per request (new draft models) must not pile up
-    return per_model.setdefault(key, new_draft_length(spec, adaptive=True))
+    if key not in per_model:
+        if len(per_model) >= _MAX_LEARNED_PER_MODEL:
+            per_model.clear()  # drafts made per request (new draft models) must not pile up
+        lengths = new_draft_length(spec, adaptive=True)
+        per_model[key] = (lengths, RoundGuard(lengths.free_sources))
+    return per_model[key]
 
 
 # ---------------------------------------------------------------- the loop
@@ -224,7 +233,21 @@ def speculative_step(
     *,
     grammar: Optional[Grammar] = None,
 ) -> Iterator[Step]:
-    """generate_step's speculative twin: the backbone's tokens, several per forward.
+    """speculative_loop run on `model` alone, on this thread: the Steps."""
+    return alone(model, speculative_loop(model, prompt_ids, sampler, spec, stats, grammar=grammar))
+
+
+def speculative_loop(
+    model: Backbone,
+    prompt_ids: Sequence[int],
+    sampler: Sampler,
+    spec: Speculative,
+    stats: Optional[SpeculativeStats] = None,
+    *,
+    grammar: Optional[Grammar] = None,
+) -> Requests:
+    """decode_loop's speculative twin: the backbone's tokens, several per forward; a
+    request loop (river_cpp.engine.compute.requests).
 
     The prompt runs the full backbone. Each yielded Step carries the backbone's
     logits at that position and exit layer n_layer (every token is verified). With a
@@ -236,18 +259,18 @@ def speculative_step(
     stats = stats if stats is not None else SpeculativeStats()
     greedy = sampler.params.temperature == 0.0
     n_layer = model.n_layer
-    lengths = draft_length_for(drafting_home(model), spec, greedy)
-    guard: RoundGuard = _guards.setdefault(lengths, RoundGuard(lengths.free_sources))
+    lengths, guard = _learned_for(model, spec, greedy)
     guard.begin_request()
     stats.guard_rested, stats.round_times = guard.rested, guard.times
-    sources = _sources(model, spec, lengths, stats)
+    memory_home = (yield call("drafting_home")) if spec.uses_ngrams and spec.memory else None
+    sources = _sources(model, spec, lengths, stats, memory_home)
     history = list(prompt_ids)
     for source in sources.values():
         source.begin(history)
-    if "memory" in sources:
-        stats.memory_tokens = memory_of(drafting_home(model)).tokens
+    if memory_home is not None:
+        stats.memory_tokens = memory_of(memory_home).tokens
     state = grammar.start() if grammar is not None else None
-    logits, cached_tokens = prefill(model, prompt_ids, route="backbone")
+    logits, cached_tokens = yield from prefill_requests(prompt_ids, route="backbone")
     if state is None:
         token = sampler(logits, history)
     else:
@@ -258,10 +281,10 @@ def speculative_step(
         source.keep(history)
     yield Step(token, logits, n_layer, cached_tokens)
     while True:
-        start = model.n_past  # every token of `history` but the last is in the cache
+        start = yield call("n_past")  # every token of `history` but the last is in the cache
         if start + 1 >= model.n_ctx:
             return
-        tokens, verify_logits, state, dead_end = _round(
+        tokens, verify_logits, state, dead_end = yield from _round(
             model, spec, sampler, sources, lengths, guard, stats, history, state, start
         )
         for j, token in enumerate(tokens):
@@ -281,8 +304,8 @@ def _round(
     history: list[int],
     state: Optional[GrammarState],
     start: int,
-) -> tuple[list[int], np.ndarray, Optional[GrammarState], bool]:
-    """One round of speculative_step after `history` (its last token not yet in the
+) -> Requests:
+    """One round of speculative_loop after `history` (its last token not yet in the
     cache, which holds `start` positions): the tokens the grammar forces, drafts from
     the source and length `lengths` chooses, one backbone forward verifying them, and
     the tokens kept appended to `history`. Returns those tokens, the verify's logits
@@ -290,7 +313,7 @@ def _round(
     grammar allows no token next (the generation ends after them)."""
     began = time.perf_counter()
     guard.start_round(began)
-    forced, chosen, proposal, states, named = _draft(
+    forced, chosen, proposal, states, named = yield from _draft(
         model, spec, sampler, sources, lengths, guard, history, state, start
     )
     base = len(forced)  # verify rows before the first draft's
@@ -299,8 +322,8 @@ def _round(
 
     # Verify: the last accepted token (after any forced ones) and the drafts in
     # one backbone forward.
-    model.rewind(start)
-    verify_logits = model.forward(history[start:] + drafts, route="backbone")
+    yield call("rewind", start)
+    verify_logits = yield Forward(history[start:] + drafts, route="backbone")
     n_accepted, after = verify_drafts(
         drafts,
         functools.partial(_target, sampler, verify_logits[base:], history, drafts, states),
@@ -315,7 +338,7 @@ def _round(
             state.accept(after)
     verified_at = time.perf_counter()
 
-    model.rewind(start + base + len(new))
+    yield call("rewind", start + base + len(new))
     observe_round(
         lengths,
         source=chosen,
@@ -358,7 +381,7 @@ def _draft(
     history: list[int],
     state: Optional[GrammarState],
     start: int,
-) -> tuple[list[int], str, Proposal, Optional[list[GrammarState]], dict[str, Draft]]:
+) -> Requests:
     """A round's tokens to verify after `history`: the tokens the grammar forces (taken
     into `history`), then drafts from the source and length `lengths` chooses among
     those with a draft now (cut where the grammar forbids one). Returns the forced
@@ -375,7 +398,7 @@ def _draft(
         for source in sources.values():
             source.keep(history)
     offers, named = {}, {}
-    # Where other sequences share the backbone's batches (river_cpp.engine.compute.sequences),
+    # Where other sequences share the backbone's batches (river_cpp.engine.compute.scheduler),
     # their rows fill each batch already: a draft that costs forwards of its own (the
     # river, a draft model) then loses on a CPU, while lookups, free, still pay.
     shared = getattr(model, "shares_batches", False)
@@ -389,7 +412,7 @@ def _draft(
             offers[offer], named[offer] = available, source
     room = model.n_ctx - start - 1 - len(forced)
     chosen, k = lengths.choose(room, guard.allowed(offers) if spec.adaptive else offers)
-    proposal = named[chosen].propose(history, k, sampler, spec.p_min, state) if k else Proposal()
+    proposal = (yield from named[chosen].propose(history, k, sampler, spec.p_min, state)) if k else Proposal()
     states = None
     if state is not None:
         states = _grammar_states(state, proposal.tokens)

@@ -3,7 +3,8 @@ decode step.
 
 The plain loop (river_cpp.decoding.generation) and the speculative loop
 (river_cpp.decoding.speculative) both yield Steps and both start with `prefill`; neither
-imports the other's module for them.
+imports the other's module for them. Each is a request loop (river_cpp.engine.compute.requests):
+it yields what it asks of its sequence and is sent the results.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from river_cpp.engine.compute.backbone import Backbone
 from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.requests import Forward, Requests, call, run_alone
 
 
 class Step(NamedTuple):
@@ -36,16 +38,24 @@ class Prefilled(NamedTuple):
     cached_tokens: int
 
 
+def prefill_requests(
+    prompt_ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None
+) -> Requests:
+    """Bring the cache to `prompt_ids`, reusing the longest prefix it or the prompt
+    cache holds; returns the last position's logits and how many positions were reused."""
+    keep = yield call("reuse_prefix", prompt_ids, route=route, policy=policy)
+    logits = yield Forward(prompt_ids[keep:], last_only=True, route=route, policy=policy, prompt=True)
+    return Prefilled(logits[0], keep)
+
+
 def prefill(
     model: Backbone, prompt_ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None
 ) -> Prefilled:
-    """Bring the cache to `prompt_ids`, reusing the longest prefix it or the prompt
-    cache holds; the last position's logits and how many positions were reused."""
-    keep = model.reuse_prefix(prompt_ids, route=route, policy=policy)
-    logits = model.forward(prompt_ids[keep:], last_only=True, route=route, policy=policy, prompt=True)[0]
-    return Prefilled(logits, keep)
+    """prefill_requests run on `model` at once (a draft model's own cache, a test)."""
+    return run_alone(model, prefill_requests(prompt_ids, route=route, policy=policy))
 
 
-def decode_one_token(model: Backbone, token: int, *, policy: Optional[ExitPolicy] = None) -> np.ndarray:
-    """Append one token to the model's cache; its logits [n_vocab]."""
-    return model.forward([token], last_only=True, route="decode", policy=policy)[0]
+def decode_one_token(token: int, *, policy: Optional[ExitPolicy] = None) -> Requests:
+    """Append one token to the cache; returns its logits [n_vocab]."""
+    logits = yield Forward([token], last_only=True, route="decode", policy=policy)
+    return logits[0]

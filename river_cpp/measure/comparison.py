@@ -502,12 +502,12 @@ def run_comparison(
     row as soon as it is measured. speculative: River rows' greedy runs are lossless
     River's (their tokens until divergence then measure the verification, not the exits).
     """
-    from river_cpp._cpus import default_n_threads
+    from river_cpp._cpus import n_threads_or_default
     from river_cpp.measure.ladder import rung_path
 
     work.check()
     backbone = Path(backbone)
-    n_threads = default_n_threads() if n_threads is None else n_threads
+    n_threads = n_threads_or_default(n_threads)
     with RiverModel(backbone, river=None, n_ctx=work.n_ctx, n_threads=n_threads) as model:
         reference, reference_greedy = reference_run(model, work, progress)
         n_layer = model.n_layer

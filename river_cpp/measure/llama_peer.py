@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
-from river_cpp._cpus import default_n_threads
+from river_cpp._cpus import n_threads_or_default
 from river_cpp.engine.compute import llama_backbone
 from river_cpp.engine.compute.llama_backbone import LlamaCppBackbone
 from river_cpp.engine.compute.policy import ExitPolicy
@@ -64,7 +64,7 @@ class LlamaCppPeer(LlamaCppBackbone):
         super().__init__(
             path,
             n_ctx=n_ctx,
-            n_threads=default_n_threads() if n_threads is None else n_threads,
+            n_threads=n_threads_or_default(n_threads),
             n_gpu_layers=n_gpu_layers,
         )
         self.name = name or f"llama.cpp {os.path.basename(os.fspath(path))}"

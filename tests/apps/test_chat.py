@@ -162,5 +162,5 @@ def test_ctrl_c_stops_the_answer_and_twice_quits(model, monkeypatch):
     assert "[stopped]" in stderr.getvalue() and len(session.turns) == 2
     assert session.turns[0].result is None and len(session.turns[0].exit_layers) == 3
     assert session.history[1]["content"] == session.turns[0].text  # the partial answer stays
-    assert model._pool.in_use == 0  # every sequence given back
+    assert model.scheduler.in_use == 0  # every sequence given back
     assert model.create_completion("Hi", max_tokens=2)["choices"]  # the model serves the next call

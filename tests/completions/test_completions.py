@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from river_cpp import ExitPolicy, RiverModel
-from river_cpp.decoding.generation import prefill
+from river_cpp.decoding.steps import prefill
 from river_cpp.engine.compute.context import ContextOverflowError
 
 N_CTX = 256
@@ -105,7 +105,7 @@ def test_logprobs(model):
 def test_invalid_options_raise_before_anything_runs(model, options):
     with pytest.raises((ValueError, TypeError)):
         model.create_completion(PROMPT, stream=True, **options)
-    assert model._pool.in_use == 0  # every sequence given back
+    assert model.scheduler.in_use == 0  # every sequence given back
 
 
 def test_context_overflow_names_the_counts(model):
@@ -154,7 +154,7 @@ def test_cancel_stops_a_generation(model):
     cancel.set()
     rest = list(chunks)
     assert rest[-1]["choices"][0]["finish_reason"] == "cancelled" and len(rest) < 10
-    assert model._pool.in_use == 0  # every sequence given back
+    assert model.scheduler.in_use == 0  # every sequence given back
 
 
 # ---------------------------------------------------------------- threads and the prompt cache

@@ -171,7 +171,6 @@ def _run(monkeypatch, loss_steps: float) -> tuple[list[int], float, SpeculativeS
 
 def test_the_guard_rests_drafts_whose_whole_rounds_lose(monkeypatch):
     unguarded_tokens, unguarded_time, unguarded = _run(monkeypatch, float("inf"))
-    speculative._learned.clear()
     guarded_tokens, guarded_time, guarded = _run(monkeypatch, LOSS_STEPS)
     expected = SEQUENCE[N_PROMPT : N_PROMPT + N_TOKENS]
     assert unguarded_tokens == guarded_tokens == expected
@@ -232,10 +231,3 @@ def test_the_summary_names_each_source_in_plain_words():
     assert "ngram" not in summary and "memory4" not in summary  # no private names left
     assert source_words("copy2") == "repeats in the text, copied into river drafts (2-token matches)"
     assert source_words("river") == "the river" and source_words("model") == "the draft model"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_learning():
-    speculative._learned.clear()
-    yield
-    speculative._learned.clear()

@@ -12,6 +12,7 @@ import numpy as np
 from river_cpp.decoding.drafts import ModelDraft, NgramDraft, RiverDraft
 from river_cpp.decoding.sampling import Sampler, SamplingParams
 from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.requests import run_alone
 
 N_VOCAB = 16
 
@@ -51,7 +52,7 @@ def _draft(history: list[int], token: int, k: int, copy_pays=None):
     ngrams = NgramDraft(1, 3)
     ngrams.begin(history)
     river = RiverDraft(model, ExitPolicy.at_layer(0), None, copies=ngrams, copy_pays=copy_pays)
-    return river.propose(history, k, Sampler(SamplingParams(temperature=0.0)), 0.0), model
+    return run_alone(model, river.propose(history, k, Sampler(SamplingParams(temperature=0.0)), 0.0)), model
 
 
 def test_a_river_round_copies_a_match_it_reaches():
@@ -90,15 +91,15 @@ def test_an_unsure_token_ends_the_round_and_is_still_proposed():
     greedy = Sampler(SamplingParams(temperature=0.0))
     # Top probability e / (e + 15) = 0.15: below p_min, so the first token ends the round.
     unsure = _OneTokenModel(token=5, n_past=3, logit=1.0)
-    proposal = RiverDraft(unsure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.5)
+    proposal = run_alone(unsure, RiverDraft(unsure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.5))
     assert proposal.tokens == [5] and proposal.forwards == 1
     # The same model drafts the whole length where nothing is asked of its confidence ...
     unsure = _OneTokenModel(token=5, n_past=3, logit=1.0)
-    proposal = RiverDraft(unsure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.0)
+    proposal = run_alone(unsure, RiverDraft(unsure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.0))
     assert proposal.tokens == [5] * 4
     # ... and a sure one (top probability 0.9993) under p_min too.
     sure = _OneTokenModel(token=5, n_past=3)
-    proposal = RiverDraft(sure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.5)
+    proposal = run_alone(sure, RiverDraft(sure, ExitPolicy.at_layer(0), None).propose([1, 2, 3, 4], 4, greedy, 0.5))
     assert proposal.tokens == [5] * 4 and proposal.forwards == 4
 
 
@@ -107,7 +108,7 @@ def test_a_separate_draft_catches_up_apart_from_its_drafted_tokens():
     history = [1, 2, 3, 4, 5, 6, 7, 8]
     draft = _OneTokenModel(token=9, n_past=3, catch_up_sleep=0.02)
     source = ModelDraft(_OneTokenModel(token=0), draft)
-    proposal = source.propose(history, 2, Sampler(SamplingParams(temperature=0.0)), 0.0)
+    proposal = run_alone(draft, source.propose(history, 2, Sampler(SamplingParams(temperature=0.0)), 0.0))
     assert proposal.tokens == [9, 9]
     assert draft.fed == [[4, 5, 6, 7], [8], [9]]  # the catch-up, then one token per drafted one
     assert proposal.forwards == 2  # the catch-up is not a drafted token's forward
@@ -117,6 +118,8 @@ def test_a_separate_draft_catches_up_apart_from_its_drafted_tokens():
 def test_a_separate_draft_in_step_with_the_history_catches_up_nothing():
     draft = _OneTokenModel(token=9, n_past=7)
     source = ModelDraft(_OneTokenModel(token=0), draft)
-    proposal = source.propose([1, 2, 3, 4, 5, 6, 7, 8], 1, Sampler(SamplingParams(temperature=0.0)), 0.0)
+    proposal = run_alone(
+        draft, source.propose([1, 2, 3, 4, 5, 6, 7, 8], 1, Sampler(SamplingParams(temperature=0.0)), 0.0)
+    )
     assert draft.fed == [[8]]
     assert proposal.forwards == 1

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     info = system_info(reprobe=args.reprobe)
     backbone = choice = parallel = None
     if args.model is not None:
-        from river_cpp._cpus import default_n_threads
+        from river_cpp._cpus import n_threads_or_default
         from river_cpp.engine.decisions.backbone_choice import GRAPH, choose_backbone
         from river_cpp.engine.decisions.parallel_choice import choose_parallel
         from river_cpp.engine.decisions.river_choice import choose_river
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         info["backbone"] = {"kind": backbone.kind, "arch": backbone.arch, "reason": backbone.reason}
         info["backbone"]["products"] = model_products(args.model, own_products() if backbone.kind == GRAPH else NONE)
         if backbone.kind == GRAPH:
-            n_threads = args.threads or default_n_threads()
+            n_threads = n_threads_or_default(args.threads)
             choice = choose_river(args.model, n_threads=n_threads, retime=args.retime)
             info["river_choice"] = choice.as_dict()
             parallel = choose_parallel(args.model, n_threads=n_threads)  # on the timing just read or taken

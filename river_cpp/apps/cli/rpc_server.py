@@ -30,14 +30,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from river_cpp._cpus import default_n_threads
+    from river_cpp._cpus import n_threads_or_default
     from river_cpp.engine import _core
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if not is_loopback(args.host) and not args.allow_remote:
         raise ValueError(f"refusing to serve RPC on {args.host} (not loopback) without --allow-remote. {WARNING}")
-    threads = default_n_threads() if args.threads is None else args.threads
+    threads = n_threads_or_default(args.threads)
     if threads <= 0:
         raise ValueError(f"--threads must be positive, got {threads}")
     endpoint = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"

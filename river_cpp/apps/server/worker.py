@@ -3,7 +3,7 @@ reporting to the event loop and stopping when cancelled.
 
 One thread loads the model; then `parallel` threads take jobs in arrival order and
 run them, each on a sequence of its own (a model loaded with n_seq_max = parallel:
-river_cpp.engine.compute.sequences), their forwards batched together. The event loop only
+river_cpp.engine.compute.scheduler), their forwards batched together. The event loop only
 queues jobs and reads their events, and never waits on the model. Nothing here knows
 HTTP.
 """
@@ -172,7 +172,7 @@ class ModelWorker:
                 return
             try:
                 # the model keeps each sequence's tokens for the next request of the same
-                # scope only (river_cpp.engine.compute.sequences)
+                # scope only (river_cpp.engine.compute.scheduler)
                 with cache_scope(job.scope):
                     job.run(self.model)
             finally:

@@ -106,10 +106,10 @@ class Backbone(Protocol):
 
 
 def drafting_home(model: object) -> object:
-    """The object that keeps what decoding learns on `model` from one generation to the
-    next (drafting statistics, the draft memory): a generation's lease of a sequence
-    (river_cpp.engine.compute.sequences.Lease) names the sequence's backbone; any other backbone
-    is its own."""
+    """The object that keeps the draft memory of the generations on `model`'s sequence
+    (river_cpp.decoding.draft_memory): the backbone itself, one sequence's on a model of
+    several (the scheduler asks it on the sequence a generation runs on). What drafting
+    learns of lengths is the model's: its `learned_drafting` dict."""
     return getattr(model, "drafting_home", model)
 
 
@@ -131,10 +131,10 @@ def check_n_past(n_past: object, held: int) -> int:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two sequences share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """How many leading tokens two sequences (lists or arrays) share: the one prefix
+    match of the sequences, the prompt cache and drafting."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if differ.size else n

@@ -20,16 +20,16 @@ import numpy as np
 from river_cpp.engine import _core
 from river_cpp.engine._ggml import set_ggml_verbosity
 from river_cpp.engine.compute.backbone import ROUTES, check_n_past, check_token_ids
-from river_cpp.engine.compute.batcher import ForwardBatcher, ForwardRequest
+from river_cpp.engine.compute.batcher import ForwardRequest, deliver
 from river_cpp.engine.compute.context import check_fits
+from river_cpp.engine.probes.extra_bufts import ENV, ExtraBufts, extra_bufts
 from river_cpp.engine.compute.load_options import LoadOptions, positive_int
+from river_cpp.engine.probes.own_products import OwnProducts, own_products
 from river_cpp.engine.compute.placement import Placement, offload_devices, plan_placement
 from river_cpp.engine.compute.policy import ExitPolicy, check_policy
-from river_cpp.engine.compute.tokenizer import Tokenizer
 from river_cpp.engine.files.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
-from river_cpp.engine.probes.extra_bufts import ENV, ExtraBufts, extra_bufts
-from river_cpp.engine.probes.own_products import OwnProducts, own_products
 from river_cpp.engine.probes.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
+from river_cpp.engine.compute.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from river_cpp._cpus import ThreadGovernor
@@ -107,9 +107,7 @@ class GraphBackbone:
         (a type to build, once and cached, or a river GGUF; not "auto", which the
         facade resolves first: river_cpp.engine.decisions.loading)."""
         if options.auto_river:
-            raise ValueError(
-                "river='auto' is resolved before a graph backbone loads (river_cpp.engine.decisions.loading)"
-            )
+            raise ValueError("river='auto' is resolved before a graph backbone loads (river_cpp.engine.decisions.loading)")
         self.model_path = path
         connect_rpc_servers(options.rpc_servers)
         # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.
@@ -134,8 +132,9 @@ class GraphBackbone:
             own_attention=bool(options.own_attention),
             **self.own_products.engine_arguments(),
         )
-        # Several sequences: their forwards run together on the batcher's thread.
-        self._batcher: Optional[ForwardBatcher] = None
+        # What decoding learns of drafting on this model, kept with it (one for all its
+        # sequences: river_cpp.decoding.speculative).
+        self.learned_drafting: dict = {}
         self._tokenizer = Tokenizer(path)
         self.river_path: Optional[Path] = None
         if options.tail_layers > self.n_layer:
@@ -174,8 +173,6 @@ class GraphBackbone:
         self._cached_depths: list[list[int]] = [[] for _ in range(options.n_seq_max)]
         self._last_exit_layers: list[np.ndarray] = [np.zeros(0, np.int32)] * options.n_seq_max
         self._sequences: dict[int, BackboneSequence] = {}
-        if options.n_seq_max > 1:
-            self._batcher = ForwardBatcher(self._run_rows, DEFAULT_N_BATCH)
 
     def _load_river(
         self,
@@ -228,8 +225,6 @@ class GraphBackbone:
         when an RPC server of this model went away: what lived there is leaked, not
         freed on a dead connection."""
         if self._engine is not None:
-            if self._batcher is not None:
-                self._batcher.close()
             if self._release_servers is not None:
                 self._release_servers()
             self._engine = None
@@ -303,9 +298,9 @@ class GraphBackbone:
         return self.engine.n_seq
 
     @property
-    def batcher(self) -> Optional[ForwardBatcher]:
-        """What runs the sequences' forwards together; None with one sequence."""
-        return self._batcher
+    def n_batch(self) -> int:
+        """Rows the engine computes in one batch."""
+        return DEFAULT_N_BATCH
 
     def seq_n_past(self, seq: int) -> int:
         """Positions sequence `seq` holds."""
@@ -492,7 +487,7 @@ class GraphBackbone:
     def save_sequence(self, *, seq: int = 0) -> _SavedSequence:
         """Everything sequence `seq` holds (every position, exited ones too, K/V as
         stored), for load_sequence to put back: what a generation keeps while another
-        holds its sequence (river_cpp.engine.compute.sequences)."""
+        holds its sequence (river_cpp.engine.compute.scheduler)."""
         n = self.engine.seq_n_past(seq)
         kv = self.engine.save_kv(n, seq) if n else b""
         return _SavedSequence(self._cached_ids[seq][:n], self._cached_depths[seq][:n], self._last_exit_layers[seq], kv)
@@ -530,11 +525,32 @@ class GraphBackbone:
         tokens first. `prompt`: the ids are a prompt, which every decoding prefills
         alike, so its rows take the fastest kernels whatever `exact` says (our own products, the
         same bits as a step, where they cover the matrix; else ggml's). With several
-        sequences, the forward runs in a batch with other sequences' (see
-        river_cpp.engine.compute.batcher), each row as this sequence alone computes it.
+        sequences, the scheduler runs a generation's forward in a batch with other
+        sequences' (prepare_forward, river_cpp.engine.compute.batcher), each row as this
+        sequence alone computes it; this call runs it alone.
         Raises RiverError when an RPC server holding part of the model went away (and
         from then on).
         """
+        request = self.prepare_forward(
+            ids, last_only=last_only, route=route, policy=policy, exit_vocab=exit_vocab, prompt=prompt, seq=seq
+        )
+        rows = self.run_rows([(seq, request.ids, request.last_only, request.prompt)], request.exit)[0]
+        deliver(request, request.ids.size, rows)
+        return self.complete_forward(request)
+
+    def prepare_forward(
+        self,
+        ids: Sequence[int],
+        *,
+        last_only: bool = False,
+        route: str = "auto",
+        policy: Optional[ExitPolicy] = None,
+        exit_vocab: Optional[int] = None,
+        prompt: bool = False,
+        seq: int = 0,
+    ) -> ForwardRequest:
+        """forward's checks, and its rows as a request for a batch (river_cpp.engine.compute.batcher),
+        which the scheduler runs with other sequences' and hands to complete_forward."""
         ids = check_token_ids(ids)
         use_exit = self._uses_exit(route, ids.size)
         if policy is not None:
@@ -548,27 +564,30 @@ class GraphBackbone:
         exit_config = None
         if use_exit and policy is not None:
             exit_config = self._exit_config(policy, int(exit_vocab or 0))
-        check_fits(int(ids.size), self.n_ctx, cached=self.engine.seq_n_past(seq), room=0)
+        n_past = self.engine.seq_n_past(seq)
+        check_fits(int(ids.size), self.n_ctx, cached=n_past, room=0)
         ids = ids.astype(np.int32, copy=False)
-        if self._batcher is None:
-            logits, exit_layers = self._run_rows([(seq, ids, bool(last_only), bool(prompt))], exit_config)[0]
-        else:
-            batchable = ids.size <= self._batcher.n_batch and not (
-                exit_config is not None and self.engine.decides_by_check(exit_config)
-            )
-            request = ForwardRequest(seq, ids, bool(last_only), bool(prompt), exit_config, batchable)
-            n_past = self.engine.seq_n_past(seq)
-            try:
-                logits, exit_layers = self._batcher.forward(request)
-            except BaseException:
-                self.engine.rewind(n_past, seq)  # chunks of a prompt that ran before one failed
-                raise
-        self._cached_ids[seq].extend(int(t) for t in ids)
+        batchable = ids.size <= DEFAULT_N_BATCH and not (
+            exit_config is not None and self.engine.decides_by_check(exit_config)
+        )
+        return ForwardRequest(seq, ids, bool(last_only), bool(prompt), exit_config, batchable, n_past=n_past)
+
+    def complete_forward(self, request: ForwardRequest) -> np.ndarray:
+        """Record what a finished request added to its sequence; its logits."""
+        logits, exit_layers = request.result()
+        seq = request.seq
+        self._cached_ids[seq].extend(int(t) for t in request.ids)
         self._cached_depths[seq].extend(int(d) for d in exit_layers)
         self._last_exit_layers[seq] = exit_layers
         return logits
 
-    def _run_rows(
+    def abandon_forward(self, request: ForwardRequest) -> None:
+        """A request that failed or was dropped midway: its sequence as it was before
+        (the chunks of a prompt that ran are rewound)."""
+        if self.engine.seq_n_past(request.seq) > request.n_past:
+            self.engine.rewind(request.n_past, request.seq)
+
+    def run_rows(
         self, rows: Sequence[tuple[int, np.ndarray, bool, bool]], exit_config: Optional[_core.ExitConfig]
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The one place the engine computes: (seq, ids, last_only, prompt) rows, one
@@ -646,10 +665,9 @@ class BackboneSequence:
         return self.backbone.tokenizer
 
     @property
-    def shares_batches(self) -> bool:
-        """Whether other sequences are in use, so that this one's forwards share batches."""
-        batcher = self.backbone.batcher
-        return batcher is not None and batcher.in_use > 1
+    def learned_drafting(self) -> dict:
+        """What decoding learned of drafting: the model's, one for every sequence."""
+        return self.backbone.learned_drafting
 
     @property
     def n_past(self) -> int:

@@ -24,9 +24,9 @@ import numpy as np
 from river_cpp.engine import _core
 from river_cpp.engine.compute.backbone import ROUTES, check_n_past, check_token_ids, common_prefix
 from river_cpp.engine.compute.context import check_fits
+from river_cpp.engine.files.gguf_info import read_gguf_info
 from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.engine.compute.tokenizer import Tokenizer
-from river_cpp.engine.files.gguf_info import read_gguf_info
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -238,6 +238,8 @@ class LlamaCppBackbone:
         self._snapshot = _Snapshot()
         # river-cpp's tokenizer, so that prompts split and pieces join exactly as on the graph
         self._tokenizer = Tokenizer(self.model_path)
+        # What decoding learns of drafting on this model, kept with it (river_cpp.decoding.speculative).
+        self.learned_drafting: dict = {}
         self._last_n_tokens = 0
 
     # ---------------------------------------------------------------- lifecycle
@@ -441,7 +443,7 @@ class LlamaCppBackbone:
     def save_sequence(self) -> tuple[list[int], bytes, int]:
         """Everything the sequence holds (llama.cpp's state of it: the KV cache and a
         recurrent state as stored), for load_sequence to put back: what a generation
-        keeps while another holds the sequence (river_cpp.engine.compute.sequences)."""
+        keeps while another holds the sequence (river_cpp.engine.compute.scheduler)."""
         ids, state = self.prefix_state()
         return ids, state, self._last_n_tokens
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
-from river_cpp._cpus import default_n_threads
+from river_cpp._cpus import n_threads_or_default
 
 ENGINES = ("auto", "graph", "llama.cpp")
 PREFILL_MODES = ("backbone", "exit")
@@ -46,7 +46,7 @@ class LoadOptions:
     n_ctx: positions of the KV cache (of each sequence).
     n_seq_max: sequences the KV cache holds, n_ctx positions each: generations on
         several threads each take one and their forwards run together, every answer
-        as if alone (river_cpp.engine.compute.sequences; the graph backbone; llama.cpp's
+        as if alone (river_cpp.engine.compute.scheduler; the graph backbone; llama.cpp's
         serves one sequence at a time).
     n_threads: threads of a forward (None: river_cpp._cpus.default_n_threads(), resolved
         here once).
@@ -114,7 +114,7 @@ class LoadOptions:
 
         set_("n_ctx", positive_int("n_ctx", self.n_ctx))
         set_("n_seq_max", positive_int("n_seq_max", self.n_seq_max))
-        set_("n_threads", default_n_threads() if self.n_threads is None else positive_int("n_threads", self.n_threads))
+        set_("n_threads", positive_int("n_threads", n_threads_or_default(self.n_threads)))
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.prefill not in PREFILL_MODES:

@@ -120,8 +120,12 @@ class ExitPolicy:
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())
 
-    def exits(self, n_layer: int) -> bool:
-        """Whether a token of an n_layer model may leave the backbone under this policy."""
+    def exits(self, n_layer: Optional[int] = None) -> bool:
+        """Whether a token of an n_layer model may leave the backbone under this policy
+        (the one test of "does this decode exit?"); n_layer None, before a model is
+        loaded: at any depth the policy names."""
+        if n_layer is None:
+            return any(t != NEVER for t in (*self.thresholds, self.beyond))
         return any(t != NEVER for t in self.resolve(n_layer))
 
     def resolve(self, n_layer: int) -> list[float]:

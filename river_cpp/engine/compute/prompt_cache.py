@@ -28,6 +28,8 @@ from typing import Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
+from river_cpp.engine.compute.backbone import common_prefix
+
 log = logging.getLogger(__name__)
 
 DEFAULT_RAM_BYTES = 2 << 30  # llama-cpp-python's LlamaRAMCache default
@@ -103,14 +105,6 @@ class _Entry:
     @property
     def nbytes(self) -> int:
         return (len(self.state) if self.state is not None else 0) + self.ids.nbytes
-
-
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if differ.size else n
 
 
 class PromptCache:
@@ -197,7 +191,7 @@ class PromptCache:
         query = np.asarray(ids, dtype=np.int32)
         whole_only = not backbone.rewinds_anywhere
         for entry in self._candidates(_key(backbone)):
-            n = min(_common_prefix(entry.ids, query), limit)
+            n = min(common_prefix(entry.ids, query), limit)
             if n > best_n and not (whole_only and n < len(entry.ids)):
                 best, best_n = entry, n
         return best, best_n
@@ -214,7 +208,7 @@ class PromptCache:
             for handle, entry in list(self._ram.items()):
                 if entry.key != key:
                     continue
-                common = _common_prefix(entry.ids, query)
+                common = common_prefix(entry.ids, query)
                 if common == len(query):  # already held (perhaps longer)
                     self._ram.move_to_end(handle)
                     return
@@ -296,7 +290,7 @@ class PromptCache:
             return
         index = self._disk_index()
         for other, held in list(index.items()):  # the new sequence extends these
-            if other != path and held.key == entry.key and _common_prefix(held.ids, entry.ids) == len(held.ids):
+            if other != path and held.key == entry.key and common_prefix(held.ids, entry.ids) == len(held.ids):
                 index.pop(other)
                 _unlink(other)
         index[path] = _Entry(entry.key, entry.ids, None, path)

@@ -45,13 +45,13 @@ def measure(
     """
     from tqdm import tqdm
 
-    from river_cpp._cpus import default_n_threads
+    from river_cpp._cpus import n_threads_or_default
 
     n_prompt, n_gen = _count("n_prompt", n_prompt), _count("n_gen", n_gen)
     if n_prompt == 0 and n_gen == 0:
         raise ValueError("n_prompt and n_gen are both 0: nothing to measure")
     repeats = _count("repeats", repeats, minimum=1)
-    n_threads = default_n_threads() if n_threads is None else _count("n_threads", n_threads, minimum=1)
+    n_threads = _count("n_threads", n_threads_or_default(n_threads), minimum=1)
     targets = _targets(Path(backbone), configs, peers)
     tests = [("pp", n_prompt)] * (n_prompt > 0) + [("tg", n_gen)] * (n_gen > 0)
     # + 1: generate_step stops when the cache is full, and the last timed step fills it

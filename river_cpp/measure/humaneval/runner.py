@@ -346,13 +346,13 @@ def run_humaneval(
     on_config is called with the report after each target finishes, e.g. to save
     partial results of a long run.
     """
-    from river_cpp._cpus import default_n_threads
+    from river_cpp._cpus import n_threads_or_default
 
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}")
-    n_threads = default_n_threads() if n_threads is None else n_threads
+    n_threads = n_threads_or_default(n_threads)
     report = HumanEvalReport(str(backbone), [p.task_id for p in problems], max_tokens, float(timeout), n_threads)
     for target in targets:
         completer = target.open(backbone, n_threads=n_threads, n_ctx=n_ctx, speculative=speculative)

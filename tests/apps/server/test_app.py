@@ -359,7 +359,7 @@ def test_a_client_that_disconnects_stops_its_generation(server, model, monkeypat
     monkeypatch.setattr(model, "forward", forward)
     status, _, answer = request(server.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
     assert status == 200 and answer["usage"]["completion_tokens"] >= 1
-    assert model._pool.in_use == 0  # every sequence given back
+    assert model.scheduler.in_use == 0  # every sequence given back
 
 
 def test_a_full_queue_answers_503_with_retry_after(model):
@@ -370,8 +370,10 @@ def test_a_full_queue_answers_503_with_retry_after(model):
         def call() -> None:
             answers.append(request(live.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0])
 
-        # this thread holds the model's sequence: the running request waits for it, the next in the queue
-        with model._pool.model_call():
+        # a stream of this thread holds the model's sequence: the running request waits for it, the next in the queue
+        held = model.generate("Hi", stream=True, max_tokens=64)
+        next(held)
+        try:
             callers = [threading.Thread(target=call) for _ in range(2)]
             for caller in callers:
                 caller.start()
@@ -381,6 +383,8 @@ def test_a_full_queue_answers_503_with_retry_after(model):
             status, headers, answer = request(live.port, "POST", "/v1/completions", {"prompt": "Hi"})
             assert status == 503 and headers["retry-after"] == "1"
             assert answer["error"]["code"] == "server_busy"
+        finally:
+            held.close()
         for caller in callers:
             caller.join(10)
         assert answers == [200, 200]

@@ -196,7 +196,7 @@ def settled(worker, model: RiverModel) -> bool:
     """Whether, within SOAK_WAIT, no job is left and every sequence is free."""
     deadline = time.monotonic() + SOAK_WAIT
     while time.monotonic() < deadline:
-        if worker.pending == 0 and model._pool.in_use == 0:
+        if worker.pending == 0 and model.scheduler.in_use == 0:
             return True
         time.sleep(0.05)
     return False
@@ -260,7 +260,7 @@ def soak_with_readings(model: RiverModel, first_request: int) -> SimpleNamespace
         readings=readings,
         status_after=status,
         cancelled=cancelled,
-        shared_batches=model.backbone.batcher.shared_batches,
+        shared_batches=model.scheduler.shared_batches,
     )
 
 

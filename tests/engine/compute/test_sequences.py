@@ -10,7 +10,6 @@ the matrix products are batch-invariant and identity is promised bit for bit.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -21,10 +20,9 @@ from river_cpp import RiverError, RiverModel, Speculative
 from river_cpp.decoding.speculative_stats import SourceStats
 from river_cpp.engine import _core
 from river_cpp.engine.compute.context import ContextOverflowError
+from river_cpp.engine.probes.own_products import own_products
 from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.engine.compute.prompt_cache import cache_scope
-from river_cpp.engine.compute.sequences import SequencePool
-from river_cpp.engine.probes.own_products import own_products
 
 N_CTX = 256
 N_BATCH = 64
@@ -296,127 +294,6 @@ def test_rewinding_one_sequence_leaves_the_others_alone(q8_llama):
     assert n_pasts(engine) == before
 
 
-# ---------------------------------------------------------------- the pool's leases, without a model
-
-
-class FakeSequence:
-    """A sequence's backbone for SequencePool: the ids it holds; a forward appends its
-    ids and returns what the sequence then holds; saves and loads are counted. A
-    forward of `block` waits for `release` first."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.saves = self.loads = 0
-        self.block: Optional[int] = None
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    @property
-    def cached_ids(self) -> list[int]:
-        return list(self.ids)
-
-    def forward(self, ids, **options) -> list[int]:
-        if self.block in ids:
-            self.entered.set()
-            assert self.release.wait(WAIT)
-        self.ids += list(ids)
-        return list(self.ids)
-
-    def reset(self) -> None:
-        self.ids.clear()
-
-    def save_sequence(self) -> list[int]:
-        self.saves += 1
-        return list(self.ids)
-
-    def load_sequence(self, saved: list[int]) -> None:
-        self.loads += 1
-        self.ids[:] = saved
-
-
-def fake_pool(n_seq: int) -> tuple[SequencePool, list[FakeSequence], list[int]]:
-    """A pool of n_seq fake sequences, and the list of what it told `hold`."""
-    views, held = [FakeSequence() for _ in range(n_seq)], []
-    return SequencePool(views, hold=held.append), views, held
-
-
-@pytest.mark.parametrize("n_seq", [1, 2])
-def test_leases_read_in_turn_on_one_thread_each_keep_what_they_hold(n_seq):
-    """Three leases on one thread: with fewer sequences than leases, one takes another's
-    over, which puts what it held back at its next call."""
-    pool, views, held = fake_pool(n_seq)
-    leases = [pool.lease() for _ in range(3)]
-    want: list[list[int]] = [[], [], []]
-    for step in range(4):
-        for i, lease in enumerate(leases):
-            if step == 0:
-                lease.reset()  # as a prefill starts: what the sequence held is not this lease's
-            ids = [10 * i + step]
-            want[i] += ids
-            assert lease.forward(ids) == want[i]
-    assert [lease.cached_ids for lease in leases] == want
-    assert sum(v.saves for v in views) > 0 and sum(v.loads for v in views) > 0
-    for lease in leases:
-        lease.release()
-    assert sum(held) == 0 and pool.in_use == 0  # every sequence given back: another thread takes each at once
-    others = [threading.Thread(target=pool.lease().forward, args=([1],), daemon=True) for _ in range(n_seq)]
-    for thread in others:
-        thread.start()
-        thread.join(WAIT)
-        assert not thread.is_alive()
-
-
-def test_a_lease_of_another_thread_waits_and_is_woken_by_the_release():
-    pool, _, _ = fake_pool(1)
-    mine = pool.lease()
-    mine.forward([1])
-    got: list[list[int]] = []
-    waiting = threading.Thread(target=lambda: got.append(pool.lease().forward([5])), daemon=True)
-    waiting.start()
-    waiting.join(0.3)
-    assert waiting.is_alive() and not got  # another thread's lease is never taken over
-    released = time.monotonic()
-    mine.release()
-    waiting.join(WAIT)
-    assert got == [[1, 5]] and time.monotonic() - released < 1.0
-
-
-def test_a_model_call_on_the_thread_of_a_lease_takes_sequence_0_over():
-    pool, views, _ = fake_pool(2)
-    stream = pool.lease()
-    stream.forward([1, 2])  # the least recently used sequence: 0
-    with pool.model_call():
-        views[0].forward([9])  # the model's own call acts on what sequence 0 holds
-    assert stream.forward([3]) == [1, 2, 3] and views[0].saves == 1
-
-
-def test_a_closed_pool_ends_every_lease_without_waiting_for_idle_ones():
-    pool, views, _ = fake_pool(1)
-    idle = pool.lease()
-    idle.forward([1])  # held, never released: a leaked stream
-    pool.close()
-    for call in (lambda: idle.forward([2]), lambda: pool.lease().forward([3])):
-        with pytest.raises(ValueError, match="closed"):
-            call()
-    idle.release()
-
-
-def test_close_waits_for_the_call_running_now():
-    pool, views, _ = fake_pool(1)
-    views[0].block = 7
-    running = threading.Thread(target=lambda: pool.lease().forward([7]), daemon=True)
-    running.start()
-    assert views[0].entered.wait(WAIT)
-    closing = threading.Thread(target=pool.close, daemon=True)
-    closing.start()
-    closing.join(0.3)
-    assert closing.is_alive()  # the forward running now ends first
-    views[0].release.set()
-    closing.join(WAIT)
-    running.join(WAIT)
-    assert not closing.is_alive() and views[0].ids == [7]
-
-
 # ---------------------------------------------------------------- generations on threads
 
 WAIT = 60  # seconds before a test gives up on a generation thread
@@ -532,8 +409,7 @@ def test_generations_on_threads_equal_each_served_alone(multi, single):
         assert thread.chunks == want, (prompt, options)
         assert thread.result.token_ids == [token for token, _ in want]
     assert sum(r.speculative.drafted for r in results) > 0  # verifies of several rows ran
-    batcher = multi.backbone.batcher
-    assert batcher.shared_batches > 0  # and sequences shared batches
+    assert multi.scheduler.shared_batches > 0  # and sequences shared batches
 
 
 MORE_PROMPTS = [
@@ -674,9 +550,9 @@ def test_a_sequence_drafts_from_the_river_only_while_it_runs_alone(multi):
         return result.speculative.by_source.get("river", SourceStats()).rounds
 
     assert river_rounds() > 0
-    batcher = multi.backbone.batcher
-    batcher.hold(1)  # as if another generation held a sequence
+    other = multi.generate(PROMPTS[1], stream=True, max_tokens=40, temperature=0)
+    next(other)  # another generation holds a sequence
     try:
         assert river_rounds() == 0
     finally:
-        batcher.hold(-1)
+        other.close()
