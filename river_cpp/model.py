@@ -33,12 +33,12 @@ from river_cpp.engine import _core
 from river_cpp.engine.compute.graph_backbone import GraphBackbone
 from river_cpp.engine.compute.llama_backbone import LlamaCppBackbone
 from river_cpp.engine.compute.load_options import LoadOptions
-from river_cpp.engine.decisions.loading import check_model_path, open_backbone
 from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.engine.compute.prompt_cache import PromptCache, make_prompt_cache
 from river_cpp.engine.compute.requests import Forward, Requests, call
 from river_cpp.engine.compute.scheduler import Scheduler
 from river_cpp.engine.compute.tokenizer import Tokenizer
+from river_cpp.engine.decisions.loading import check_model_path, open_backbone
 
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
 

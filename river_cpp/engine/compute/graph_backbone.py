@@ -22,14 +22,14 @@ from river_cpp.engine._ggml import set_ggml_verbosity
 from river_cpp.engine.compute.backbone import ROUTES, check_n_past, check_token_ids
 from river_cpp.engine.compute.batcher import ForwardRequest, deliver
 from river_cpp.engine.compute.context import check_fits
-from river_cpp.engine.probes.extra_bufts import ENV, ExtraBufts, extra_bufts
 from river_cpp.engine.compute.load_options import LoadOptions, positive_int
-from river_cpp.engine.probes.own_products import OwnProducts, own_products
 from river_cpp.engine.compute.placement import Placement, offload_devices, plan_placement
 from river_cpp.engine.compute.policy import ExitPolicy, check_policy
-from river_cpp.engine.files.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
-from river_cpp.engine.probes.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
 from river_cpp.engine.compute.tokenizer import Tokenizer
+from river_cpp.engine.files.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
+from river_cpp.engine.probes.extra_bufts import ENV, ExtraBufts, extra_bufts
+from river_cpp.engine.probes.own_products import OwnProducts, own_products
+from river_cpp.engine.probes.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
 
 if TYPE_CHECKING:
     from river_cpp._cpus import ThreadGovernor
@@ -107,7 +107,9 @@ class GraphBackbone:
         (a type to build, once and cached, or a river GGUF; not "auto", which the
         facade resolves first: river_cpp.engine.decisions.loading)."""
         if options.auto_river:
-            raise ValueError("river='auto' is resolved before a graph backbone loads (river_cpp.engine.decisions.loading)")
+            raise ValueError(
+                "river='auto' is resolved before a graph backbone loads (river_cpp.engine.decisions.loading)"
+            )
         self.model_path = path
         connect_rpc_servers(options.rpc_servers)
         # Both are process-wide, as ggml's logging is: the latest model's verbosity holds.

@@ -24,9 +24,9 @@ import numpy as np
 from river_cpp.engine import _core
 from river_cpp.engine.compute.backbone import ROUTES, check_n_past, check_token_ids, common_prefix
 from river_cpp.engine.compute.context import check_fits
-from river_cpp.engine.files.gguf_info import read_gguf_info
 from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.engine.compute.tokenizer import Tokenizer
+from river_cpp.engine.files.gguf_info import read_gguf_info
 
 if TYPE_CHECKING:
     import llama_cpp

@@ -20,9 +20,9 @@ from river_cpp import RiverError, RiverModel, Speculative
 from river_cpp.decoding.speculative_stats import SourceStats
 from river_cpp.engine import _core
 from river_cpp.engine.compute.context import ContextOverflowError
-from river_cpp.engine.probes.own_products import own_products
 from river_cpp.engine.compute.policy import ExitPolicy
 from river_cpp.engine.compute.prompt_cache import cache_scope
+from river_cpp.engine.probes.own_products import own_products
 
 N_CTX = 256
 N_BATCH = 64
