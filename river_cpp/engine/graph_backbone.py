@@ -130,6 +130,8 @@ class GraphBackbone:
             exact=options.engine_exact,
             n_seq=options.n_seq_max,
             own_attention=bool(options.own_attention),
+            type_k=options.type_k,
+            type_v=options.type_v,
             **self.own_products.engine_arguments(),
         )
         # Several sequences: their forwards run together on the batcher's thread.
@@ -457,7 +459,8 @@ class GraphBackbone:
 
     def state_key(self) -> str:
         """What a saved state is valid for (river_cpp.engine.prompt_cache): the backbone
-        file's identity and the cache's layout; the river's rows share the cache, and
+        file's identity and the cache's layout and types (a state of one type never
+        serves a cache of another); the river's rows share the cache, and
         only positions the full backbone computed are saved."""
         if self._state_key is None:
             from river_cpp.engine.cache import file_identity
@@ -465,7 +468,7 @@ class GraphBackbone:
             identity = file_identity(Path(self.model_path))
             self._state_key = (
                 f"graph:{identity['size']}:{identity['mtime_ns']}:{identity['head_sha256'][:16]}:"
-                f"{self.n_layer}:{self.engine.n_embd_kv}:f16"
+                f"{self.n_layer}:{self.engine.n_embd_kv}:{self.engine.type_k}:{self.engine.type_v}"
             )
         return self._state_key
 
