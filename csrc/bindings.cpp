@@ -287,9 +287,11 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init([](const std::string & path, int64_t n_ctx, int64_t n_batch, int n_threads, bool use_mmap,
                          std::vector<std::string> cpu_extra_bufts, bool reuse_graphs, const std::string & exact,
                          int64_t exact_rows, std::vector<std::string> own_types, const std::string & own_kernels,
-                         int64_t n_seq, bool own_attention) {
+                         int64_t n_seq, bool own_attention, const std::string & type_k, const std::string & type_v) {
                  river::EngineParams params;
                  params.own_attention = own_attention;
+                 params.type_k = type_k;
+                 params.type_v = type_v;
                  params.n_seq = n_seq;
                  params.reuse_graphs = reuse_graphs;
                  params.exact = exact_mode(exact);
@@ -307,7 +309,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("cpu_extra_bufts") = std::vector<std::string>{}, py::arg("reuse_graphs") = true,
              py::arg("exact") = "on", py::arg("exact_rows") = river::EngineParams{}.exact_rows,
              py::arg("own_types") = std::vector<std::string>{}, py::arg("own_kernels") = "auto", py::arg("n_seq") = 1,
-             py::arg("own_attention") = river::EngineParams{}.own_attention)
+             py::arg("own_attention") = river::EngineParams{}.own_attention,
+             py::arg("type_k") = river::EngineParams{}.type_k, py::arg("type_v") = river::EngineParams{}.type_v)
         .def("forward", &engine_forward, py::arg("ids"), py::arg("last_only"), py::arg("exit") = py::none(),
              py::arg("prompt") = false, py::arg("seq") = 0,
              "Append ids to sequence `seq` and return their logits; tokens leave the backbone as `exit` (an "
@@ -372,6 +375,10 @@ PYBIND11_MODULE(_core, m) {
         .def("reset", &river::Engine::reset, py::arg("seq") = 0)
         .def("seq_n_past", &river::Engine::n_past, py::arg("seq"), "Positions sequence `seq` holds.")
         .def_property_readonly("n_seq", &river::Engine::n_seq)
+        .def_property_readonly("type_k", [](const river::Engine & e) { return ggml_type_name(e.type_k()); })
+        .def_property_readonly("type_v", [](const river::Engine & e) { return ggml_type_name(e.type_v()); })
+        .def_property_readonly("kv_bytes", &river::Engine::kv_bytes,
+                               "The bytes the KV cache holds, as allocated (0 before place()).")
         .def_property("n_threads", &river::Engine::n_threads, &river::Engine::set_n_threads)
         .def_property_readonly("n_past", [](const river::Engine & e) { return e.n_past(0); })
         .def_property_readonly("n_ctx", &river::Engine::n_ctx)

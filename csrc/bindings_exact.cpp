@@ -7,6 +7,7 @@
 #include "common.h"
 #include "engine.h"
 #include "exact_check.h"
+#include "kv_cache.h"
 #include "own_attention.h"
 #include "own_kernels.h"
 #include "river_build.h"
@@ -41,25 +42,40 @@ py::array_t<float> row_products(const std::string & type, const ByteArray & data
     return py::array_t<float>(std::vector<py::ssize_t>{inputs.shape(0), n_out}, out.data());
 }
 
-using HalfArray = py::array_t<uint16_t, py::array::c_style>;
-
-// attention_rows of numpy arrays: q [n_tokens, n_head, head] float32, k [n_head_kv, n_kv,
-// head] and v [n_head_kv, head, n_kv] float16 (as uint16 bits), mask [n_tokens, n_kv].
-py::array_t<float> attention_rows(const FloatMatrix & q, const HalfArray & k, const HalfArray & v,
-                                  const FloatMatrix & mask, float kq_scale, int n_threads,
-                                  const std::string & kernels) {
+// attention_rows of numpy arrays: q [n_tokens, n_head, head] float32, mask [n_tokens,
+// n_kv]; k [n_head_kv, n_kv, ...] and v the raw values of their types (own_attention.h):
+// F16 (as uint16 bits) k [n_head_kv, n_kv, head] and v [n_head_kv, head, n_kv]; q8_0
+// (as bytes) rows of head values, [n_head_kv, n_kv, row bytes], for either.
+py::array_t<float> attention_rows(const FloatMatrix & q, const py::array & k_given, const py::array & v_given,
+                                  const FloatMatrix & mask, float kq_scale, int n_threads, const std::string & kernels,
+                                  const std::string & type_k, const std::string & type_v) {
+    const py::array k = py::array::ensure(k_given, py::array::c_style),
+                    v = py::array::ensure(v_given, py::array::c_style);
+    if (!k || !v) {
+        throw river::Error("attention_rows takes numpy arrays of k and v");
+    }
     if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || mask.ndim() != 2) {
         throw river::Error("attention_rows needs q, k and v of 3 dimensions and a mask of 2");
     }
+    const ggml_type tk = river::kv_cache_type("type_k", type_k, q.shape(2)),
+                    tv = river::kv_cache_type("type_v", type_v, q.shape(2));
     const river::AttentionShape shape{q.shape(0), q.shape(1), k.shape(0), k.shape(1), q.shape(2)};
-    if (k.shape(2) != shape.head || v.shape(0) != shape.n_head_kv || v.shape(1) != shape.head ||
-        v.shape(2) != shape.n_kv || mask.shape(0) != shape.n_tokens || mask.shape(1) != shape.n_kv) {
+    const auto holds = [&](const py::array & a, ggml_type type) {   // a's bytes: n_head_kv * n_kv values' rows
+        return static_cast<size_t>(a.nbytes()) == ggml_row_size(type, shape.head) * shape.n_kv * shape.n_head_kv;
+    };
+    const bool v_fits = tv == GGML_TYPE_F16
+                            ? v.shape(0) == shape.n_head_kv && v.shape(1) == shape.head && v.shape(2) == shape.n_kv
+                            : v.shape(0) == shape.n_head_kv && v.shape(1) == shape.n_kv;
+    const bool k_fits = tk != GGML_TYPE_F16 || k.shape(2) == shape.head;
+    if (!k_fits || !v_fits || !holds(k, tk) || !holds(v, tv) || mask.shape(0) != shape.n_tokens ||
+        mask.shape(1) != shape.n_kv) {
         throw river::Error("attention_rows: q, k, v and the mask do not fit together");
     }
     std::vector<float> out;
     {
         py::gil_scoped_release release;
-        out = river::attention_rows(shape, q.data(), k.data(), v.data(), mask.data(), kq_scale, n_threads, kernels);
+        out = river::attention_rows(shape, q.data(), k.data(), tk, v.data(), tv, mask.data(), kq_scale, n_threads,
+                                    kernels);
     }
     return py::array_t<float>(std::vector<py::ssize_t>{shape.n_tokens, shape.n_head * shape.head}, out.data());
 }
@@ -112,10 +128,13 @@ void bind_exact(py::module_ & m) {
           "inputs @ w.T for the raw matrix w of `type` ([n_out, n_in]): by ggml_mul_mat from the plain layout or "
           "the extra buffer type, by the exact product, or by our own product with the kernels named `own`.");
     m.def("attention_rows", &attention_rows, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"),
-          py::arg("kq_scale"), py::arg("n_threads") = 1, py::arg("kernels") = "auto",
-          "softmax(kq_scale q.k + mask) v by our own attention: q [n_tokens, n_head, head] float32, k [n_head_kv, "
-          "n_kv, head] and v [n_head_kv, head, n_kv] float16 viewed as uint16, mask [n_tokens, n_kv] (0 or -inf) "
-          "-> [n_tokens, n_head * head]; by the row kernels named `kernels` (own_attention_kernels()).");
+          py::arg("kq_scale"), py::arg("n_threads") = 1, py::arg("kernels") = "auto", py::arg("type_k") = "f16",
+          py::arg("type_v") = "f16",
+          "softmax(kq_scale q.k + mask) v by our own attention: q [n_tokens, n_head, head] float32, mask "
+          "[n_tokens, n_kv] (0 or -inf); k and v of type_k / type_v as a cache holds them: f16 (viewed as "
+          "uint16) k [n_head_kv, n_kv, head] and v [n_head_kv, head, n_kv], q8_0 (bytes) rows [n_head_kv, n_kv, "
+          "row bytes] for either -> [n_tokens, n_head * head]; by the row kernels named `kernels` "
+          "(own_attention_kernels()).");
     m.def("own_attention_kernels", &river::own_attention_kernels,
           "The row kernels of our own attention this CPU runs, the fastest last; they give the same bits.");
     m.def("quantize_rows", &quantize_rows, py::arg("type"), py::arg("values"),

@@ -116,15 +116,18 @@ py::dict gguf_info(const std::string & path, int64_t max_array) {
 void bind_gguf(py::module_ & m) {
     m.def(
         "kv_cache_bytes",
-        [](const std::string & path, int64_t n_ctx) {
+        [](const std::string & path, int64_t n_ctx, const std::string & type_k, const std::string & type_v) {
             if (n_ctx <= 0) {
                 throw river::Error("n_ctx must be positive, got " + std::to_string(n_ctx));
             }
             const river::GgufFile file(path, true);
-            return river::KvCache::size_for(river::read_hparams(file), n_ctx, 1);
+            const river::HParams hp = river::read_hparams(file);
+            return river::KvCache::size_for(hp, n_ctx, 1, river::kv_cache_type("type_k", type_k, hp.n_embd_head),
+                                            river::kv_cache_type("type_v", type_v, hp.n_embd_head));
         },
-        py::arg("path"), py::arg("n_ctx"),
-        "The bytes of one sequence's KV cache of n_ctx positions for the graph backbone of the model at path.");
+        py::arg("path"), py::arg("n_ctx"), py::arg("type_k") = "f16", py::arg("type_v") = "f16",
+        "The bytes of one sequence's KV cache of n_ctx positions, K and V of type_k / type_v, for the graph "
+        "backbone of the model at path.");
     m.def("gguf_info", &gguf_info, py::arg("path"), py::arg("max_array") = 1024,
           "The validated header of a GGUF file: metadata, value types and the tensor table.\n\n"
           "Arrays longer than max_array (-1: no limit) are summarised as\n"

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "ggml-cpu.h"
+#include "own_attention.h"
 #include "own_kernels.h"
 #include "vocab_check.h"
 
@@ -102,6 +103,8 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     own::kernels_named(params.own_kernels);
     file_ = std::make_unique<GgufFile>(model_path, params.use_mmap);
     hp_ = read_hparams(*file_);
+    type_k_ = kv_cache_type("type_k", params.type_k, hp_.n_embd_head);
+    type_v_ = kv_cache_type("type_v", params.type_v, hp_.n_embd_head);
     // llama.cpp tokenizes for this model: its vocabulary must not be able to abort it
     check_vocabulary_file(model_path, hp_.n_vocab, false);
     backbone_ = map_weights(*file_, hp_, weight_buffer_);
@@ -187,7 +190,7 @@ PlacementSizes Engine::placement_sizes() const {
     }
     sizes.backbone_head = bytes_of({backbone_.output, backbone_.output_norm});
     sizes.river_head = bytes_of({river_.output});
-    sizes.kv_cache = KvCache::size_for(hp_, params_.n_ctx, params_.n_seq);
+    sizes.kv_cache = KvCache::size_for(hp_, params_.n_ctx, params_.n_seq, type_k_, type_v_);
     return sizes;
 }
 
@@ -200,6 +203,7 @@ void Engine::place(const Placement & placement) {
         throw Error("a placement names a device for each of the " + std::to_string(n_layer) +
                     " layers of the backbone" + (has_river() ? " and of the river" : ""));
     }
+    check_cache_types(placement_device(placement.kv_cache) == nullptr);
     // the devices named, in the order of the scheduler's preference: offloading
     // devices before the CPU
     std::vector<std::string> names = placement.backbone_layers;
@@ -261,7 +265,8 @@ void Engine::place(const Placement & placement) {
     ggml_backend_dev_t kv_dev = placement_device(placement.kv_cache);
     kv_ = std::make_unique<KvCache>(
         hp_, params_.n_ctx, params_.n_seq,
-        kv_dev ? ggml_backend_dev_buffer_type(kv_dev) : ggml_backend_get_default_buffer_type(cpu_backend_));
+        kv_dev ? ggml_backend_dev_buffer_type(kv_dev) : ggml_backend_get_default_buffer_type(cpu_backend_), type_k_,
+        type_v_);
 
     ggml_init_params state_params{ggml_tensor_overhead(), nullptr, true};
     state_ctx_ = ggml_init(state_params);
@@ -273,6 +278,25 @@ void Engine::place(const Placement & placement) {
     backends.push_back(cpu_backend_);
     graphs_ = std::make_unique<GraphCache>(backends, k_max_kept_graphs);
     placement_ = placement;
+}
+
+void Engine::check_cache_types(bool host_cache) const {
+    const auto name = [](const char * option, ggml_type type) {
+        return option + std::string("=") + ggml_type_name(type);
+    };
+    for (auto [option, type] : {std::pair{"type_k", type_k_}, std::pair{"type_v", type_v_}}) {
+        if (type != GGML_TYPE_F16 && !host_cache) {
+            throw Error(name(option, type) +
+                        " needs the KV cache in host memory (n_gpu_layers=0): a cache on a "
+                        "device stays F16");
+        }
+    }
+    if (!KvCache::v_transposed(type_v_) &&
+        !(params_.own_attention && own_attention_reads(type_k_, type_v_, hp_.n_embd_head))) {
+        throw Error(name("type_v", type_v_) +
+                    " needs river-cpp's own attention (own_attention=True): ggml's attention here reads V as F16 "
+                    "only");
+    }
 }
 
 std::map<std::string, size_t> Engine::placed_bytes() const {
@@ -588,7 +612,8 @@ Engine::BatchData Engine::batch_data(const std::vector<SeqRows> & rows) const {
             batch.ids.push_back(r.ids[t]);
             batch.positions.push_back(static_cast<int32_t>(n_past + t));
             batch.k_rows.push_back(cell);
-            for (int64_t c = 0; c < n_embd_kv; ++c) {   // in (token, dim) order, as the graph reshapes Vcur
+            for (int64_t c = 0; kv_->v_transposed() && c < n_embd_kv;
+                 ++c) {   // in (token, dim) order, as the graph reshapes Vcur
                 batch.v_rows.push_back(c * n_cells + cell);
             }
             if (!r.last_only || t == n_tokens - 1) {
@@ -612,9 +637,12 @@ void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_conte
     in.n_tokens = n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     in.k_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_tokens);
-    in.v_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, hp_.n_embd_kv() * n_tokens);
-    for (ggml_tensor * t : {in.positions, in.k_rows, in.v_rows}) {
+    for (ggml_tensor * t : {in.positions, in.k_rows}) {
         ggml_set_input(t);
+    }
+    if (kv_->v_transposed()) {
+        in.v_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, hp_.n_embd_kv() * n_tokens);
+        ggml_set_input(in.v_rows);
     }
     int64_t first_row = 0, n_out = 0;
     for (const SeqKey & k : key.seqs) {
@@ -768,21 +796,7 @@ void Engine::read_kv(int64_t il, int64_t pos, int64_t n, float * k_out, float * 
         throw Error("read_kv: layer " + std::to_string(il) + " positions [" + std::to_string(pos) + ", " +
                     std::to_string(pos + n) + ") are not in the cache");
     }
-    const int64_t n_embd_kv = hp_.n_embd_kv();
-    std::vector<ggml_fp16_t> row(n_embd_kv);
-    const int64_t first_cell = kv_->first_cell(seq);
-    for (int64_t p = pos; p < pos + n; ++p) {
-        const int64_t cell = first_cell + p;
-        const ggml_tensor * k = kv_->k(il);
-        ggml_backend_tensor_get(k, row.data(), cell * k->nb[1], sizeof(ggml_fp16_t) * n_embd_kv);
-        ggml_fp16_to_fp32_row(row.data(), k_out + (p - pos) * n_embd_kv, n_embd_kv);
-        const ggml_tensor * v = kv_->v(il);
-        for (int64_t c = 0; c < n_embd_kv; ++c) {
-            ggml_fp16_t value;
-            ggml_backend_tensor_get(v, &value, c * v->nb[1] + cell * sizeof(ggml_fp16_t), sizeof(value));
-            v_out[(p - pos) * n_embd_kv + c] = ggml_fp16_to_fp32(value);
-        }
-    }
+    kv_->read(seq, il, pos, n, k_out, v_out);
 }
 
 std::vector<uint8_t> Engine::save_kv(int64_t n, int64_t seq) const {
@@ -800,11 +814,11 @@ void Engine::load_kv(int64_t n, const uint8_t * data, size_t size, int64_t seq) 
     if (!kv_) {
         throw Error("load_kv: the engine is not placed yet (no cache)");
     }
-    if (n < 0 || n > params_.n_ctx || size != kv_->state_size(n)) {
-        throw Error("load_kv: " + std::to_string(size) + " bytes are not the state of " + std::to_string(n) +
-                    " positions of this model (" + std::to_string(n >= 0 ? kv_->state_size(n) : 0) + " bytes)");
+    try {
+        kv_->load(seq, n, data, size);
+    } catch (const Error & e) {
+        throw Error(std::string("load_kv: ") + e.what());
     }
-    kv_->load(seq, n, data);
 }
 
 }  // namespace river

@@ -60,6 +60,11 @@ struct EngineParams {
     // from the step that computes it alone). A cache on a device always takes ggml's.
     // Off by default until its long-prompt speed is measured.
     bool own_attention = false;
+    // The types the KV cache stores K and V in (kv_cache_type: "f16" or "q8_0"). A
+    // quantized V is stored by rows, which only our own attention reads: it needs
+    // own_attention and the cache in host memory.
+    std::string type_k = "f16";
+    std::string type_v = "f16";
 };
 
 // Where time goes per graph: building and allocating it vs computing it.
@@ -118,6 +123,10 @@ public:
     const GgufFile & backbone_file() const { return *file_; }
     int64_t n_ctx() const { return params_.n_ctx; }
     int64_t n_seq() const { return params_.n_seq; }
+    ggml_type type_k() const { return type_k_; }
+    ggml_type type_v() const { return type_v_; }
+    // The bytes the KV cache holds (0 before place()).
+    size_t kv_bytes() const { return kv_ ? kv_->n_bytes() : 0; }
     // Positions sequence `seq` holds; throws for a sequence the cache does not hold.
     int64_t n_past(int64_t seq = 0) const;
     int n_threads() const { return n_threads_; }
@@ -252,6 +261,9 @@ private:
 
     // Throws naming the first lost device, if any.
     void check_devices() const;
+    // Throws unless the cache's types can be read where it is placed (host_cache: in
+    // host memory) by the attention the engine runs.
+    void check_cache_types(bool host_cache) const;
     // Under `exit` (nullptr: the full backbone), the depth at or after which exiting would
     // run no river layer at all; 0 where no batch leaves the backbone.
     int64_t river_depth_limit(const ExitConfig * exit) const;
@@ -293,6 +305,8 @@ private:
     std::vector<float> last_similarities_;
 
     EngineParams params_;
+    ggml_type type_k_ = GGML_TYPE_F16;
+    ggml_type type_v_ = GGML_TYPE_F16;
     int n_threads_ = 1;
     ggml_backend_t cpu_backend_ = nullptr;
     ggml_threadpool_t threadpool_ = nullptr;

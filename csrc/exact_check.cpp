@@ -99,17 +99,23 @@ std::vector<float> row_products(ggml_type type, const void * data, int64_t n_out
     return out;
 }
 
-std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const uint16_t * k, const uint16_t * v,
-                                  const float * mask, float kq_scale, int n_threads, const std::string & kernels) {
+std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const void * k, ggml_type type_k,
+                                  const void * v, ggml_type type_v, const float * mask, float kq_scale, int n_threads,
+                                  const std::string & kernels) {
     const auto [n_tokens, n_head, n_head_kv, n_kv, head] = shape;
     if (n_tokens <= 0 || n_kv <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || head <= 0 || head % 8 != 0) {
         throw Error("attention_rows needs positive sizes, n_head a multiple of n_head_kv and head a multiple of 8");
     }
+    if (!own_attention_reads(type_k, type_v, head)) {
+        throw Error(std::string("own attention does not read K of ") + ggml_type_name(type_k) + " and V of " +
+                    ggml_type_name(type_v) + " with heads of " + std::to_string(head));
+    }
     BackendPtr cpu = cpu_backend(n_threads);
     ContextPtr ctx = new_metadata_context(5);
     ggml_tensor * tq = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, head, n_head, n_tokens);
-    ggml_tensor * tk = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, head, n_kv, n_head_kv);
-    ggml_tensor * tv = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, n_kv, head, n_head_kv);
+    ggml_tensor * tk = ggml_new_tensor_3d(ctx.get(), type_k, head, n_kv, n_head_kv);
+    ggml_tensor * tv = type_v == GGML_TYPE_F16 ? ggml_new_tensor_3d(ctx.get(), type_v, n_kv, head, n_head_kv)
+                                               : ggml_new_tensor_3d(ctx.get(), type_v, head, n_kv, n_head_kv);
     ggml_tensor * tmask = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_kv, n_tokens);
     ggml_tensor * out = own_attention(ctx.get(), tq, tk, tv, tmask, &kq_scale, kernels);
     ggml_cgraph * graph = ggml_new_graph(ctx.get());

@@ -32,10 +32,11 @@ struct AttentionShape {
 
 // softmax(kq_scale * q.k + mask) . v by our own attention (own_attention.h) on the CPU
 // backend with n_threads, by the row kernels named `kernels` (own_attention_kernels()). q: [n_tokens][n_head][head]
-// F32; k: [n_head_kv][n_kv][head] and v: [n_head_kv][head][n_kv] F16 bits; mask: [n_tokens][n_kv] of 0 or -inf. Returns
-// [n_tokens][n_head * head]. Throws for sizes the op does not take.
-std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const uint16_t * k, const uint16_t * v,
-                                  const float * mask, float kq_scale, int n_threads,
+// F32; k: [n_head_kv][n_kv] rows of head values of type_k (F16 or q8_0, as a cache holds them); v of type_v: F16
+// transposed, [n_head_kv][head][n_kv], or q8_0 by rows as k; mask: [n_tokens][n_kv] of 0 or -inf. Returns
+// [n_tokens][n_head * head]. Throws for sizes or types the op does not take.
+std::vector<float> attention_rows(const AttentionShape & shape, const float * q, const void * k, ggml_type type_k,
+                                  const void * v, ggml_type type_v, const float * mask, float kq_scale, int n_threads,
                                   const std::string & kernels = "auto");
 
 // One node's output as a graph computed it: float32 values in ggml order.

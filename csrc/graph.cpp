@@ -84,10 +84,13 @@ ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & se
     ggml_tensor * cache_v = g.kv.v(il);
     // [head, n_kv, n_head_kv]
     ggml_tensor * k = ggml_view_3d(ctx, cache_k, head, n_kv, hp.n_head_kv, cache_k->nb[1],
-                                   ggml_element_size(cache_k) * head, seq.first_cell * cache_k->nb[1]);
-    // [n_kv, head, n_head_kv]
-    ggml_tensor * v = ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head,
-                                   seq.first_cell * cache_v->nb[0]);
+                                   ggml_row_size(cache_k->type, head), seq.first_cell * cache_k->nb[1]);
+    // transposed: [n_kv, head, n_head_kv]; by rows (quantized): [head, n_kv, n_head_kv], as K
+    ggml_tensor * v = g.kv.v_transposed()
+                          ? ggml_view_3d(ctx, cache_v, n_kv, head, hp.n_head_kv, cache_v->nb[1], cache_v->nb[1] * head,
+                                         seq.first_cell * cache_v->nb[0])
+                          : ggml_view_3d(ctx, cache_v, head, n_kv, hp.n_head_kv, cache_v->nb[1],
+                                         ggml_row_size(cache_v->type, head), seq.first_cell * cache_v->nb[1]);
     ggml_tensor * mask = hp.is_swa(il) ? seq.kq_mask_swa : seq.kq_mask;
     if (g.own_attention && own_attention_supports(cache_k, cache_v, head)) {
         ggml_tensor * out = own_attention(ctx, Qcur, k, v, mask, kq_scale);
@@ -124,12 +127,20 @@ ggml_tensor * build_attention(const GraphContext & g, int64_t il, ggml_tensor * 
     ggml_tensor * cache_k = g.kv.k(il);
     ggml_tensor * cache_v = g.kv.v(il);
 
-    // K rows by cell; V, stored transposed, element by element: as a column of single
-    // values, element (c, t) of Vcur goes to c * n_cells + cell(t).
+    // K rows by cell (a quantized cache quantizes each row alone, so a position's blocks
+    // are the same in any batch); V likewise where it is stored by rows, else, stored
+    // transposed, element by element: as a column of single values, element (c, t) of
+    // Vcur goes to c * n_cells + cell(t).
     ggml_build_forward_expand(
         g.gf, ggml_set_rows(ctx, cache_k, ggml_reshape_2d(ctx, Kcur, n_embd_kv, n_tokens), g.in.k_rows));
-    ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, cache_v, 1, ggml_nelements(cache_v)),
-                                                  ggml_reshape_2d(ctx, Vcur, 1, n_embd_kv * n_tokens), g.in.v_rows));
+    if (g.kv.v_transposed()) {
+        ggml_build_forward_expand(g.gf,
+                                  ggml_set_rows(ctx, ggml_reshape_2d(ctx, cache_v, 1, ggml_nelements(cache_v)),
+                                                ggml_reshape_2d(ctx, Vcur, 1, n_embd_kv * n_tokens), g.in.v_rows));
+    } else {
+        ggml_build_forward_expand(
+            g.gf, ggml_set_rows(ctx, cache_v, ggml_reshape_2d(ctx, Vcur, n_embd_kv, n_tokens), g.in.k_rows));
+    }
 
     const float * kq_scale = &hp.attn_scale;
     if (hp.scale_queries) {

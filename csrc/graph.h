@@ -31,9 +31,10 @@ struct SeqAttention {
 // is data, so one graph serves every batch of its shape.
 struct BatchInputs {
     ggml_tensor * positions = nullptr;    // I32 [n_tokens]
-    ggml_tensor * k_rows = nullptr;       // I64 [n_tokens]: the cache rows of K this batch writes
-    ggml_tensor * v_rows = nullptr;       // I64 [n_embd_kv * n_tokens]: the elements of transposed V it writes
-    ggml_tensor * out_rows = nullptr;     // I32 [n_out]: the rows the head scores; nullptr: all, or the last
+    ggml_tensor * k_rows = nullptr;       // I64 [n_tokens]: the cache rows of K (and of V by rows) this batch writes
+    ggml_tensor * v_rows = nullptr;       // I64 [n_embd_kv * n_tokens]: the elements of transposed V it writes;
+                                     // nullptr where V is stored by rows (KvCache::v_transposed)
+    ggml_tensor * out_rows = nullptr;  // I32 [n_out]: the rows the head scores; nullptr: all, or the last
     std::vector<SeqAttention> seqs;
     int64_t n_tokens = 0;
 };
@@ -44,7 +45,7 @@ struct GraphContext {
     const HParams & hp;
     const KvCache & kv;
     const BatchInputs & in;
-    ggml_tensor * rope_freqs;   // nullptr unless the model has llama3 frequency factors
+    ggml_tensor * rope_freqs;  // nullptr unless the model has llama3 frequency factors
     // Compute every row's products by weights as a one-token step does (exact_mul_mat
     // for the products it supports), so that a row's result does not depend on the
     // batch it is in (attention's are each sequence's own: SeqAttention::exact).
@@ -55,7 +56,7 @@ struct GraphContext {
     // Matrices packed for our own products, which every batch (exact or not) takes for
     // them; nullptr: none.
     const OwnMatrices * own = nullptr;
-    OwnInputs * own_inputs = nullptr;   // this graph's quantized inputs; set with `own`
+    OwnInputs * own_inputs = nullptr;  // this graph's quantized inputs; set with `own`
     // Attention over a cache in host memory by our own op (own_attention.h), whose rows
     // are the same bits in any batch; false: ggml's products and softmax.
     bool own_attention = false;
@@ -68,8 +69,8 @@ ggml_tensor * build_layer(const GraphContext & g, const LayerWeights & w, int64_
 
 // How much a block left the residual stream alone, per token; 1 = untouched.
 enum class StateSignal {
-    cosine,        // cos(h_before, h_after), the paper's signal
-    update_norm,   // 1 - |h_after - h_before| / |h_before|: the relative size of the update
+    cosine,  // cos(h_before, h_after), the paper's signal
+    update_norm,  // 1 - |h_after - h_before| / |h_before|: the relative size of the update
 };
 
 // The state signal per token of the residual stream before and after a block.

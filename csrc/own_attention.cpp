@@ -4,6 +4,7 @@
 #include "own_attention.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,20 @@ inline void to_f32_transposed(const ggml_fp16_t * x, size_t x_stride, int64_t ro
         ggml_cpu_fp16_to_fp32(x + r * x_stride, row.data(), cols);
         for (int64_t c = 0; c < cols; ++c) {
             y[c * y_stride + r] = row[static_cast<size_t>(c)];
+        }
+    }
+}
+
+// Row r's cols values of q8_0 blocks at x + r * x_stride, to y + r * y_stride in F32.
+inline void q8_0_to_f32(const char * x, size_t x_stride, int64_t rows, int64_t cols, float * y, size_t y_stride) {
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c0 = 0; c0 < cols; c0 += k_q8_0_values) {
+            Q8Block block;
+            std::memcpy(&block, x + r * x_stride + c0 / k_q8_0_values * sizeof(Q8Block), sizeof(block));
+            const float d = ggml_fp16_to_fp32(block.d);
+            for (int64_t i = 0; i < k_q8_0_values; ++i) {
+                y[r * y_stride + c0 + i] = d * static_cast<float>(block.q[i]);
+            }
         }
     }
 }
@@ -67,8 +82,10 @@ void attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
                                    q->nb[1],
                                    static_cast<const char *>(k->data) + hk * k->nb[2],
                                    k->nb[1],
+                                   k->type,
                                    static_cast<const char *>(v->data) + hk * v->nb[2],
                                    v->nb[1],
+                                   v->type,
                                    static_cast<const char *>(mask->data) + t0 * mask->nb[1],
                                    mask->nb[1],
                                    static_cast<char *>(dst->data) + t0 * dst->nb[1] + h0 * head * sizeof(float),
@@ -103,8 +120,16 @@ std::vector<std::string> own_attention_kernels() {
     return names;
 }
 
+bool own_attention_reads(ggml_type type_k, ggml_type type_v, int64_t head) {
+    const auto reads = [head](ggml_type type) {
+        return type == GGML_TYPE_F16 || (type == GGML_TYPE_Q8_0 && ggml_type_size(type) == sizeof(Q8Block) &&
+                                         ggml_blck_size(type) == k_q8_0_values && head % k_q8_0_values == 0);
+    };
+    return reads(type_k) && reads(type_v) && head % k_lanes == 0;
+}
+
 bool own_attention_supports(const ggml_tensor * cache_k, const ggml_tensor * cache_v, int64_t head) {
-    return cache_k->type == GGML_TYPE_F16 && cache_v->type == GGML_TYPE_F16 && head % k_lanes == 0 && cache_k->buffer &&
+    return own_attention_reads(cache_k->type, cache_v->type, head) && cache_k->buffer &&
            ggml_backend_buffer_is_host(cache_k->buffer) && cache_v->buffer &&
            ggml_backend_buffer_is_host(cache_v->buffer);
 }
@@ -117,11 +142,13 @@ ggml_tensor * own_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k
         throw Error("own attention has no kernels '" + kernels + "' on this CPU");
     }
     const int64_t head = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2], n_kv = k->ne[1], n_head_kv = k->ne[2];
+    // V: F16 transposed [n_kv, head, n_head_kv], or quantized by rows [head, n_kv, n_head_kv]
+    const bool v_rows = v->type != GGML_TYPE_F16;
     const bool fits = q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float) && q->ne[3] == 1 &&
-                      k->type == GGML_TYPE_F16 && k->nb[0] == ggml_type_size(k->type) && k->ne[0] == head &&
-                      v->type == GGML_TYPE_F16 && v->nb[0] == ggml_type_size(v->type) && v->ne[0] == n_kv &&
-                      v->ne[1] == head && v->ne[2] == n_head_kv && n_head_kv > 0 && n_head % n_head_kv == 0 &&
-                      head % k_lanes == 0 && mask && mask->type == GGML_TYPE_F32 && mask->nb[0] == sizeof(float) &&
+                      own_attention_reads(k->type, v->type, head) && k->nb[0] == ggml_type_size(k->type) &&
+                      k->ne[0] == head && v->nb[0] == ggml_type_size(v->type) && v->ne[0] == (v_rows ? head : n_kv) &&
+                      v->ne[1] == (v_rows ? n_kv : head) && v->ne[2] == n_head_kv && n_head_kv > 0 &&
+                      n_head % n_head_kv == 0 && mask && mask->type == GGML_TYPE_F32 && mask->nb[0] == sizeof(float) &&
                       mask->ne[0] == n_kv && mask->ne[1] == n_tokens;
     if (!fits) {
         throw Error(std::string("own_attention cannot attend with ") + ggml_get_name(q) + " over " + ggml_get_name(k) +

@@ -15,8 +15,12 @@ namespace river {
 // accumulator rescaled) at most once per tile.
 constexpr int64_t k_attention_tile = 32;
 
-// Whether own_attention can read these cache views: F16 K and V in host memory (`cache`:
-// the cache tensor they view, which holds the buffer), a head size that is a multiple of 8.
+// Whether own_attention reads K and V of these types with heads of `head` values: F16
+// or q8_0 (whose blocks of 32 tile a head), a head size that is a multiple of 8.
+bool own_attention_reads(ggml_type type_k, ggml_type type_v, int64_t head);
+
+// Whether own_attention can read these cache tensors: of types it reads
+// (own_attention_reads), in host memory.
 bool own_attention_supports(const ggml_tensor * cache_k, const ggml_tensor * cache_v, int64_t head);
 
 // softmax(kq_scale * q.k + mask) . v per query row and head, as a ggml custom op. For
@@ -28,9 +32,12 @@ bool own_attention_supports(const ggml_tensor * cache_k, const ggml_tensor * cac
 // tile's weighted values in 8 lanes (key j into lane j % 8, summed in the same tree).
 // kq_scale must outlive the graph (graphs are kept for reuse). kernels: "auto" (the
 // fastest here) or one of own_attention_kernels(), which all give the same bits.
+// Each tile's keys and values are converted to F32 first (F16 exactly; q8_0 as d * q, one
+// rounding), so a quantized cache keeps every identity above.
 // q: [head, n_head, n_tokens] F32, rows contiguous (any strides beyond)
-// k: [head, n_kv, n_head_kv] F16 view of the cache, v: [n_kv, head, n_head_kv] F16 view of
-// the transposed cache, mask: [n_kv, n_tokens] F32 -> [head * n_head, n_tokens] F32
+// k: [head, n_kv, n_head_kv] F16 or q8_0 view of the cache; v: an F16 view of the
+// transposed cache, [n_kv, head, n_head_kv], or a q8_0 view of the cache by rows, [head,
+// n_kv, n_head_kv], as k; mask: [n_kv, n_tokens] F32 -> [head * n_head, n_tokens] F32
 ggml_tensor * own_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
                             const float * kq_scale, const std::string & kernels = "auto");
 

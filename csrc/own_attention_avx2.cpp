@@ -5,6 +5,8 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "ggml.h"
 
 namespace river {
@@ -40,6 +42,24 @@ inline void to_f32_transposed(const ggml_fp16_t * x, size_t x_stride, int64_t ro
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) {
             y[c * y_stride + r] = _cvtsh_ss(x[r * x_stride + c]);
+        }
+    }
+}
+
+// Row r's cols values of q8_0 blocks at x + r * x_stride, to y + r * y_stride in F32:
+// 8 int8 values widened to floats in a register, times the block's scale.
+inline void q8_0_to_f32(const char * x, size_t x_stride, int64_t rows, int64_t cols, float * y, size_t y_stride) {
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c0 = 0; c0 < cols; c0 += k_q8_0_values) {
+            const char * block = x + r * x_stride + c0 / k_q8_0_values * sizeof(Q8Block);
+            ggml_fp16_t d;
+            std::memcpy(&d, block, sizeof(d));
+            const __m256 scale = _mm256_set1_ps(_cvtsh_ss(d));
+            for (int64_t i = 0; i < k_q8_0_values; i += 8) {
+                const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(block + sizeof(d) + i));
+                _mm256_storeu_ps(y + r * y_stride + c0 + i,
+                                 _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+            }
         }
     }
 }

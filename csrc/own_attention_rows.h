@@ -8,24 +8,39 @@
 #include <cstdint>
 #include <vector>
 
+#include "ggml.h"
 #include "own_attention.h"
 
 namespace river {
 
 constexpr int k_lanes = 8;
 
+// ggml's q8_0 block (own_attention_reads checks its size against ggml's): an F16 scale d,
+// then 32 int8 values q; value i is d * q[i], one rounding, so every way of computing it
+// gives the same bits.
+constexpr int64_t k_q8_0_values = 32;
+struct Q8Block {
+    ggml_fp16_t d;
+    int8_t q[k_q8_0_values];
+};
+static_assert(sizeof(Q8Block) == sizeof(ggml_fp16_t) + k_q8_0_values, "a q8_0 block is packed");
+
 // Rows n_rows x heads n_heads that share one KV head, each (row, head) pair computed
 // alone (see own_attention.h). Byte strides: q of row r, head h at q + r * q_row +
-// h * q_head (head floats); key j at k + j * k_stride (head F16 values); channel d's values
-// of every key at v + d * v_stride (F16); row r's mask (n_kv floats) at mask + r * mask_row;
-// out of row r, head h at out + r * out_row + h * head floats.
+// h * q_head (head floats); key j at k + j * k_stride (head values of k_type: F16, or
+// q8_0 blocks); V of v_type F16, transposed: channel d's values of every key at
+// v + d * v_stride; V of q8_0, by rows: key j's head values at v + j * v_stride; row r's
+// mask (n_kv floats) at mask + r * mask_row; out of row r, head h at out + r * out_row +
+// h * head floats.
 struct AttentionBlock {
     const char * q;
     size_t q_row, q_head;
     const char * k;
     size_t k_stride;
+    ggml_type k_type;
     const char * v;
     size_t v_stride;
+    ggml_type v_type;
     const char * mask;
     size_t mask_row;
     char * out;
@@ -35,11 +50,12 @@ struct AttentionBlock {
 };
 
 // One thread's working memory: a tile's keys and values in F32 (keys: [head][tile], key j
-// of channel i at i * tile + j; values: [tile][head]), each row's mask
+// of channel i at i * tile + j; values: [tile][head]; rows: quantized keys dequantized,
+// [tile][head], before their transposition), each row's mask
 // over the tile and its kept keys (bit j: key j), each pair's running maximum, sum and
 // accumulator (head values).
 struct AttentionScratch {
-    std::vector<float> keys, values, mask, max, sum, acc;
+    std::vector<float> keys, values, rows, mask, max, sum, acc;
     std::vector<uint32_t> keep;
 };
 

@@ -359,6 +359,13 @@ def tiny_llama(make_tiny_gguf) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_h32(make_tiny_gguf) -> Path:
+    """2 layers, 4 heads of 32 (2 KV heads: q8_0 blocks of a KV cache tile a head), Q8_0
+    matrices (our own products take them, so a prompt's rows are batch-invariant too)."""
+    return make_tiny_gguf("tiny_llama_h32", head_dim=32, dtype="q8_0", seed=4)
+
+
+@pytest.fixture(scope="session")
 def tiny_llama4(make_tiny_gguf) -> Path:
     """4 layers, F16 matrices (token embedding included), an untied output.weight."""
     return make_tiny_gguf("tiny_llama4", n_layer=4, dtype="f16", seed=1, tie_embeddings=False)

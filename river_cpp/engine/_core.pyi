@@ -18,9 +18,9 @@ def build_river(
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> None: ...
 def river_type_name(name: str) -> str: ...
-def kv_cache_bytes(path: str, n_ctx: int) -> int:
-    """The bytes of one sequence's KV cache of n_ctx positions for the graph backbone of
-    the model at path (its header only)."""
+def kv_cache_bytes(path: str, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+    """The bytes of one sequence's KV cache of n_ctx positions, K and V of type_k /
+    type_v ("f16", "q8_0"), for the graph backbone of the model at path (its header only)."""
 
 def gguf_info(path: str, max_array: int = 1024) -> dict[str, Any]:
     """The validated header of a GGUF file, read with bounded reads (no mapping, no
@@ -162,8 +162,15 @@ class Engine:
         own_types: Sequence[str] = (),
         own_kernels: str = "auto",
         n_seq: int = 1,
+        own_attention: bool = False,
+        type_k: str = "f16",
+        type_v: str = "f16",
     ) -> None:
         """n_seq: sequences the KV cache holds, n_ctx positions each.
+        own_attention: attention over a host cache by our own batch-invariant op.
+        type_k, type_v: the types the KV cache stores K and V in, "f16" or "q8_0"
+        (RiverError for others, or where q8_0 blocks do not tile a head); a q8_0 V
+        needs own_attention, and a q8_0 cache the host (place() says so).
         cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
         repacked into (none by default); RiverError for a name this ggml lacks.
         own_types: the weight types ("q4_K", ...) whose host matrices take our own
@@ -263,6 +270,13 @@ class Engine:
         """Positions sequence `seq` holds (RiverError for one the cache does not hold)."""
     @property
     def n_seq(self) -> int: ...
+    @property
+    def type_k(self) -> str: ...
+    @property
+    def type_v(self) -> str: ...
+    @property
+    def kv_bytes(self) -> int:
+        """The bytes the KV cache holds, as allocated (0 before place())."""
     n_threads: int
     @property
     def has_river(self) -> bool: ...

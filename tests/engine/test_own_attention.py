@@ -101,42 +101,96 @@ def random_attention(n_tokens=5, n_head=6, n_head_kv=2, n_kv=100, head=24, seed=
     return q, k, v, mask
 
 
-def own(q, k, v, mask, kq_scale, n_threads=1, kernels="auto") -> np.ndarray:
-    return _core.attention_rows(q, k.view(np.uint16), v.view(np.uint16), mask, kq_scale, n_threads, kernels)
+def own(q, k, v, mask, kq_scale, n_threads=1, kernels="auto", types=("f16", "f16")) -> np.ndarray:
+    """Our op over k [hk, n, d] and v [hk, d, n]: F16 arrays, or the raw q8_0 rows of
+    `types`' quantized ones (cached: see in_cache)."""
+    k, v = (x.view(np.uint16) if x.dtype == np.float16 else x for x in (k, v))
+    return _core.attention_rows(q, k, v, mask, kq_scale, n_threads, kernels, *types)
 
 
-def test_the_op_matches_a_float64_attention():
-    q, k, v, mask = random_attention()
-    got = own(q, k, v, mask, 0.3)
+Q8_0_BLOCK = 34  # ggml's block_q8_0: an F16 scale, then 32 int8 values
+NAN_F16 = np.array([np.nan], np.float16).view(np.uint8)
+
+
+def q8_0_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """values [..., head] float32 quantized by ggml to q8_0: (the raw rows [..., row
+    bytes], their values as d * q, float32)."""
+    raw = _core.quantize_rows("q8_0", values.reshape(-1, values.shape[-1]).astype(np.float32))
+    blocks = raw.reshape(-1, Q8_0_BLOCK)
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    return raw.reshape(*values.shape[:-1], -1), (d * blocks[:, 2:].view(np.int8)).reshape(values.shape)
+
+
+def in_cache(k, v, types):
+    """k [hk, n, d] and v [hk, d, n] (F16, NaN in the unused cells) as a cache of `types`
+    holds them (q8_0: rows of blocks, V by rows; the scales of unused cells NaN), and the
+    values the op reads from each (float32, the F16 arrays' layout)."""
+    out = []
+    for x, type_, by_rows in ((k, types[0], k), (v, types[1], v.transpose(0, 2, 1))):
+        if type_ == "f16":
+            out.append((x, x.astype(np.float32)))
+            continue
+        unused = np.isnan(by_rows).any(axis=2)
+        raw, values = q8_0_rows(np.nan_to_num(by_rows.astype(np.float32)))
+        raw = raw.copy()
+        for block in range(raw.shape[-1] // Q8_0_BLOCK):
+            raw[..., block * Q8_0_BLOCK : block * Q8_0_BLOCK + 2][unused] = NAN_F16
+        out.append((raw, values if x is k else values.transpose(0, 2, 1)))
+    (k_raw, k_values), (v_raw, v_values) = out
+    return k_raw, v_raw, k_values, v_values
+
+
+# (type_k, type_v): the F16 cache and q8_0 for either or both
+CACHE_TYPES = [("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "f16"), ("f16", "q8_0")]
+
+
+@pytest.mark.parametrize("types", CACHE_TYPES)
+def test_the_op_matches_a_float64_attention(types):
+    """Over the values the cache holds (q8_0: its blocks' d * q), whose unused cells are
+    never read (NaN there, in F16 values or q8_0 scales)."""
+    q, k, v, mask = random_attention(head=24 if types == ("f16", "f16") else 32)
+    k_raw, v_raw, k_values, v_values = in_cache(k, v, types)
+    got = own(q, k_raw, v_raw, mask, 0.3, types=types)
     assert np.isfinite(got).all()
-    np.testing.assert_allclose(got, reference_attention(q, k, v, mask, 0.3), rtol=1e-5, atol=1e-5)
+    want = reference_attention(q, np.nan_to_num(k_values), np.nan_to_num(v_values), mask, 0.3)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_the_op_gives_a_row_the_same_bits_alone_and_on_any_thread_count():
+@pytest.mark.parametrize("types", CACHE_TYPES)
+def test_the_op_gives_a_row_the_same_bits_alone_and_on_any_thread_count(types):
     """37 rows: blocks of rows that share their tiles' conversion, the last one part full;
     a row alone on 5 threads: its heads in parts."""
-    q, k, v, mask = random_attention(n_tokens=37)
-    batch = own(q, k, v, mask, 0.125, n_threads=1)
+    q, k, v, mask = random_attention(n_tokens=37, head=32)
+    k, v, _, _ = in_cache(k, v, types)
+    batch = own(q, k, v, mask, 0.125, n_threads=1, types=types)
     for n_threads in (2, 3, 5):
-        assert np.array_equal(own(q, k, v, mask, 0.125, n_threads).view(np.uint32), batch.view(np.uint32))
+        got = own(q, k, v, mask, 0.125, n_threads, types=types)
+        assert np.array_equal(got.view(np.uint32), batch.view(np.uint32))
     for t in (0, 3, 17, 36):
         for n_threads in (1, 5):
-            alone = own(q[t : t + 1], k, v, mask[t : t + 1], 0.125, n_threads)
+            alone = own(q[t : t + 1], k, v, mask[t : t + 1], 0.125, n_threads, types=types)
             assert np.array_equal(alone.view(np.uint32), batch[t : t + 1].view(np.uint32))
 
 
-@pytest.mark.parametrize("head, n_kv", [(8, 50), (24, 100), (64, 96), (256, 75)])
-def test_every_row_kernel_gives_the_baseline_bits(head, n_kv):
+@pytest.mark.parametrize(
+    "head, n_kv, types",
+    [(8, 50, CACHE_TYPES[0]), (24, 100, CACHE_TYPES[0]), (64, 96, CACHE_TYPES[0]), (256, 75, CACHE_TYPES[0])]
+    + [(head, n_kv, types) for types in CACHE_TYPES[1:] for head, n_kv in ((32, 50), (64, 96), (256, 75))],
+)
+def test_every_row_kernel_gives_the_baseline_bits(head, n_kv, types):
     """The AVX2 kernel (where this CPU runs it) computes the baseline's operations: whole
-    tiles, part tiles and tiles with holes alike."""
+    tiles, part tiles and tiles with holes alike, over an F16 or a q8_0 cache (the AVX2
+    kernel's own q8_0 tile reader against the baseline's)."""
     kernels = _core.own_attention_kernels()
     assert kernels[0] == "baseline"
     if len(kernels) == 1:
         pytest.skip("this CPU runs only the baseline kernel")
     q, k, v, mask = random_attention(head=head, n_kv=n_kv, seed=head)
-    baseline = own(q, k, v, mask, 0.2, kernels="baseline")
+    k, v, _, _ = in_cache(k, v, types)
+    baseline = own(q, k, v, mask, 0.2, kernels="baseline", types=types)
     for name in kernels[1:]:
-        assert np.array_equal(own(q, k, v, mask, 0.2, kernels=name).view(np.uint32), baseline.view(np.uint32)), name
+        got = own(q, k, v, mask, 0.2, kernels=name, types=types)
+        assert np.array_equal(got.view(np.uint32), baseline.view(np.uint32)), name
 
 
 def test_the_op_skips_masked_keys_past_the_padding():
@@ -156,6 +210,14 @@ def test_the_op_refuses_shapes_it_does_not_take():
         own(q, k, v, mask[:, :-1], 1.0)
     with pytest.raises(ValueError, match="no kernels 'sse9'"):
         own(q, k, v, mask, 1.0, kernels="sse9")
+    with pytest.raises(ValueError, match="do not tile this model's heads of 24"):
+        own(q, k, v, mask, 1.0, types=("q8_0", "f16"))
+    with pytest.raises(ValueError, match="f16 or q8_0, not 'q4_k'"):
+        own(q, k, v, mask, 1.0, types=("f16", "q4_k"))
+    q, k, v, mask = random_attention(head=32)
+    k_raw, v_raw, _, _ = in_cache(k, v, ("q8_0", "q8_0"))
+    with pytest.raises(ValueError, match="do not fit"):
+        own(q, k_raw[:, :, :-1], v_raw, mask, 1.0, types=("q8_0", "q8_0"))
 
 
 # ---------------------------------------------------------------- in the engine

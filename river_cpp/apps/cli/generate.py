@@ -18,6 +18,7 @@ from river_cpp.apps.cli._common import (
 from river_cpp.decoding.decision import Decoding, sampling_defaults
 from river_cpp.decoding.presets import DEFAULT, PRESETS, Preset, preset
 from river_cpp.decoding.sampling import SamplingParams
+from river_cpp.engine.compute.load_options import KV_CACHE_TYPES
 
 __all__ = [
     "add_model_arguments",
@@ -79,6 +80,15 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     add_common_arguments(p, model="GGUF file")
     add_hf_argument(p)
     p.add_argument("--n-ctx", type=int, default=2048, metavar="N", help="context length (default 2048)")
+    for part, short in (("k", "-ctk"), ("v", "-ctv")):
+        p.add_argument(
+            f"--cache-type-{part}",
+            short,
+            choices=list(KV_CACHE_TYPES),
+            default="f16",
+            help=f"the type the KV cache stores {part.upper()} in (default f16; q8_0 about halves it"
+            + (", with river-cpp's own attention)" if part == "v" else ")"),
+        )
     p.add_argument("--verbose", "-v", action="store_true", help="print where each layer lives and the engine's log")
     p.add_argument(
         "--engine",
@@ -193,6 +203,8 @@ def open_model(args: argparse.Namespace, chosen: Decoding, **options):
     return RiverModel(
         model_path(args.model, args.hf_repo),
         n_ctx=args.n_ctx,
+        type_k=args.cache_type_k,
+        type_v=args.cache_type_v,
         n_threads=args.threads,
         seed=getattr(args, "seed", None),
         engine=args.engine,

@@ -50,8 +50,6 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "op_offload": (None, "river-cpp places its work itself"),
     "swa_full": (None, "river-cpp sizes its own KV cache"),
     "numa": (False, "river-cpp does no NUMA placement"),
-    "type_k": (None, "the KV cache stays F16: the output is the unquantized cache's"),
-    "type_v": (None, "the KV cache stays F16: the output is the unquantized cache's"),
     "draft_model": (None, "river-cpp drafts itself (speculative=river_cpp.Speculative(...))"),
     "vocab_only": (False, "the whole model is loaded"),
 }

@@ -79,9 +79,10 @@ class Llama(CompletionCalls, LowLevelCalls):
         template where it is of that family. embedding=True: embed() /
         create_embedding() on llama.cpp's context of the same file (pooling_type -1:
         the GGUF's pooling); the generating model then loads on first use. RoPE /
-        YaRN settings are accepted when equal to the GGUF's. Keywords that only
-        change speed or memory (n_batch, flash_attn, use_mlock, offload_kqv, type_k,
-        ...) are accepted; a warning names those ignored, once per process (none at
+        YaRN settings are accepted when equal to the GGUF's. type_k / type_v: the
+        KV cache's types (LoadOptions: f16, or q8_0 as GGML_TYPE 8 or "q8_0").
+        Keywords that only change speed or memory (n_batch, flash_attn, use_mlock,
+        offload_kqv, ...) are accepted; a warning names those ignored, once per process (none at
         llama-cpp-python's default, nor n_parts, f16_kv, device, which it ignores
         too). Keywords that would change the output and cannot be served raise
         ValueError naming them."""

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from river_cpp.apps.dropin.compat import IGNORED, LlamaKeywords, rope_settings
-from river_cpp.engine.compute.load_options import LoadOptions
+from river_cpp.engine.compute.load_options import KV_CACHE_TYPES, LoadOptions
 from river_cpp.engine.files.gguf_info import ArraySummary, GgufInfo
 
 
@@ -54,8 +54,8 @@ class ContextParams:
     offload_kqv: bool
     flash_attn: bool
     no_perf: bool
-    type_k: Optional[int]
-    type_v: Optional[int]
+    type_k: int  # llama.cpp's GGML_TYPE number of the KV cache's K (1: F16, 8: Q8_0)
+    type_v: int
 
 
 @dataclass
@@ -99,8 +99,8 @@ def context_params(info: GgufInfo, keywords: LlamaKeywords, pooling_type: int, *
         offload_kqv=True,
         flash_attn=False,
         no_perf=bool(sizing["no_perf"]),
-        type_k=None,
-        type_v=None,
+        type_k=KV_CACHE_TYPES[options.type_k],
+        type_v=KV_CACHE_TYPES[options.type_v],
     )
 
 

@@ -132,6 +132,8 @@ class GraphBackbone:
             exact=options.engine_exact,
             n_seq=options.n_seq_max,
             own_attention=bool(options.own_attention),
+            type_k=options.type_k,
+            type_v=options.type_v,
             **self.own_products.engine_arguments(),
         )
         # What decoding learns of drafting on this model, kept with it (one for all its
@@ -456,7 +458,8 @@ class GraphBackbone:
 
     def state_key(self) -> str:
         """What a saved state is valid for (river_cpp.engine.compute.prompt_cache): the backbone
-        file's identity and the cache's layout; the river's rows share the cache, and
+        file's identity and the cache's layout and types (a state of one type never
+        serves a cache of another); the river's rows share the cache, and
         only positions the full backbone computed are saved."""
         if self._state_key is None:
             from river_cpp.engine.files.cache import file_identity
@@ -464,7 +467,7 @@ class GraphBackbone:
             identity = file_identity(Path(self.model_path))
             self._state_key = (
                 f"graph:{identity['size']}:{identity['mtime_ns']}:{identity['head_sha256'][:16]}:"
-                f"{self.n_layer}:{self.engine.n_embd_kv}:f16"
+                f"{self.n_layer}:{self.engine.n_embd_kv}:{self.engine.type_k}:{self.engine.type_v}"
             )
         return self._state_key
 

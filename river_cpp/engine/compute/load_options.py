@@ -23,6 +23,9 @@ EXACT_MODES = {True: "on", False: "off", "on": "on", "off": "off", "bitwise": "b
 # The river the default builds: the type that wins on the file at hand, or none
 # (river_cpp.engine.decisions.river_choice).
 AUTO_RIVER = "auto"
+# The types the KV cache stores K and V in (csrc/kv_cache.h), by name, with llama.cpp's
+# GGML_TYPE number of each (llama-cpp-python's type_k / type_v take those).
+KV_CACHE_TYPES = {"f16": 1, "q8_0": 8}
 
 
 def positive_int(name: str, value: object) -> int:
@@ -31,6 +34,22 @@ def positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def kv_cache_type(name: str, value: object) -> str:
+    """The KV cache type option `name` ("type_k" or "type_v") asks for, as its name: a
+    name of KV_CACHE_TYPES (any case), llama.cpp's GGML_TYPE number of one, or None (the
+    default, f16); ValueError otherwise."""
+    if value is None:
+        return "f16"
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        for type_name, number in KV_CACHE_TYPES.items():
+            if value == number:
+                return type_name
+    elif isinstance(value, str) and value.lower() in KV_CACHE_TYPES:
+        return value.lower()
+    choices = ", ".join(f"{n!r} ({number})" for n, number in KV_CACHE_TYPES.items())
+    raise ValueError(f"{name} must be one of {choices} (a name or llama.cpp's GGML_TYPE number), got {value!r}")
 
 
 def _non_negative_int(name: str, value: object) -> int:
@@ -83,6 +102,12 @@ class LoadOptions:
         batched, so a turn served from the cache is the cold conversation's; off by
         default until its long-prompt speed is measured (docs/results.md); a cache on a
         device always takes ggml's.
+    type_k, type_v: the types the KV cache stores K and V in: "f16" (the default) or
+        "q8_0" (blocks of 32 values and one F16 scale: about half the bytes, a small
+        loss against F16); llama.cpp's GGML_TYPE numbers (1, 8) are taken too. Every
+        path reads the same quantized cache, so own_attention's identities hold with
+        it. The graph backbone with the cache in host memory (n_gpu_layers=0 on a
+        machine with a GPU); a quantized V needs own_attention.
     adapt_threads: run one thread fewer per CPU that other processes keep busy
         (river_cpp._cpus.ThreadGovernor), so decoding keeps its share of a loaded machine.
     verbose: llama.cpp's and river-cpp's load logs on stderr.
@@ -105,6 +130,8 @@ class LoadOptions:
     reuse_graphs: bool = True
     exact: Union[bool, str] = True
     own_attention: bool = False
+    type_k: Union[str, int, None] = "f16"
+    type_v: Union[str, int, None] = "f16"
     adapt_threads: bool = True
     verbose: bool = False
 
@@ -130,6 +157,13 @@ class LoadOptions:
         set_("rpc_servers", tuple(str(s) for s in self.rpc_servers))
         if self.river_types is not None:
             set_("river_types", dict(self.river_types))
+        set_("type_k", kv_cache_type("type_k", self.type_k))
+        set_("type_v", kv_cache_type("type_v", self.type_v))
+        if self.type_v != "f16" and not self.own_attention:
+            raise ValueError(
+                f"type_v={self.type_v!r} needs own_attention=True: only river-cpp's own attention reads a "
+                "quantized V cache"
+            )
         if self.river is not None and not isinstance(self.river, (str, os.PathLike)):
             raise TypeError(f"river must be 'auto', a type name, a river file or None, got {self.river!r}")
 

@@ -88,6 +88,8 @@ def _check_without_river(choice: BackboneChoice, river: object, options: LoadOpt
         "tail_layers": options.tail_layers,
         "rpc_servers": options.rpc_servers,
         "prefill": options.prefill if options.prefill != "backbone" else None,
+        "type_k": options.type_k if options.type_k != "f16" else None,
+        "type_v": options.type_v if options.type_v != "f16" else None,
     }
     for name, value in graph_only.items():
         if value:

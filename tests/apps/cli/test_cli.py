@@ -24,6 +24,19 @@ def test_generate_backbone_only(tiny_llama4, capsys):
     assert "exit:" not in capsys.readouterr().err
 
 
+def test_generate_with_a_q8_0_cache_type(tiny_llama_h32, tiny_llama4, capsys):
+    """--cache-type-k / -ctv reach the model's options: a q8_0 K runs where q8_0 blocks
+    tile the heads; either is refused, by its name, where they do not."""
+    argv = ["generate", "Hello", "-n", "3", "--river", "none"]
+    assert main([*argv, "--model", str(tiny_llama_h32), "--cache-type-k", "q8_0"]) == 0
+    capsys.readouterr()
+    for option, name in (("--cache-type-k", "type_k"), ("-ctv", "type_v")):
+        assert main([*argv, "--model", str(tiny_llama4), option, "q8_0"]) == 1
+        assert f"error: {name}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*argv, "--model", str(tiny_llama_h32), "--cache-type-k", "q4_k"])
+
+
 def test_build_river_to_a_path(tiny_llama4, tmp_path, capsys):
     out = tmp_path / "river.gguf"
     assert main(["build-river", str(tiny_llama4), "--type", "q8_0", "-o", str(out)]) == 0

@@ -98,13 +98,13 @@ def test_every_framework_keyword_set_constructs_without_a_warning(tiny_llama, fr
 
 
 def test_speed_only_keywords_are_named_in_one_warning_once_per_process(tiny_llama, fresh_warnings):
-    speed = dict(flash_attn=True, use_mlock=True, offload_kqv=False, type_k=8, n_batch=64, no_such_keyword=1)
+    speed = dict(flash_attn=True, use_mlock=True, offload_kqv=False, n_batch=64, no_such_keyword=1)
     with pytest.warns(UserWarning) as caught:
         llm = river_cpp.Llama(model_path=str(tiny_llama), n_ctx=N_CTX, verbose=False, **speed)
     llm.close()
     assert len(caught) == 1
     message = str(caught[0].message)
-    for name in ("flash_attn", "use_mlock", "offload_kqv", "type_k", "no_such_keyword"):
+    for name in ("flash_attn", "use_mlock", "offload_kqv", "no_such_keyword"):
         assert name in message
     assert "n_batch" not in message  # sizing is not "ignored": it shows in context_params
     # the next construction (a framework makes one per chain) names only what is new
@@ -445,3 +445,24 @@ def test_an_embedding_model_embeds_and_tokenizes_without_loading_a_generating_on
         finally:
             reference.close()
         assert llm("The river", max_tokens=2)["choices"]  # generation loads the model on first use
+
+
+@pytest.mark.parametrize("given, name", [(8, "q8_0"), ("q8_0", "q8_0"), (1, "f16"), (None, "f16")])
+def test_type_k_and_type_v_choose_the_kv_caches_types(tiny_llama_h32, given, name):
+    """llama-cpp-python's GGML_TYPE numbers (Q8_0 is 8) or names, without a warning;
+    context_params gives the numbers back."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        llm = river_cpp.Llama(
+            model_path=str(tiny_llama_h32), n_ctx=N_CTX, verbose=False, type_k=given, type_v=given, own_attention=True
+        )
+    with llm:
+        llm("The river", max_tokens=2)
+        engine = llm.river_model.engine
+        assert (engine.type_k, engine.type_v) == (name, name)
+        assert llm.context_params.type_k == llm.context_params.type_v == {"f16": 1, "q8_0": 8}[name]
+
+
+def test_a_kv_cache_type_it_cannot_serve_is_refused(tiny_llama_h32):
+    with pytest.raises(ValueError, match="type_v must be one of 'f16' \\(1\\), 'q8_0' \\(8\\)"):
+        river_cpp.Llama(model_path=str(tiny_llama_h32), n_ctx=N_CTX, verbose=False, type_v=2)
