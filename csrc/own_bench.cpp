@@ -21,6 +21,10 @@
 #if defined(__aarch64__) && (defined(__ARM_FEATURE_DOTPROD) || !defined(__clang__) || __clang_major__ >= 16)
 #define OWN_BENCH_NEON 1
 #include <arm_neon.h>
+// and the i8mm kernels' (own_kernels_i8mm.cpp): smmla is reachable
+#if defined(__ARM_FEATURE_MATMUL_INT8) || (!defined(__clang__) && __GNUC__ >= 10) || __clang_major__ >= 16
+#define OWN_BENCH_I8MM 1
+#endif
 #endif
 
 namespace river::own {
@@ -138,6 +142,25 @@ void sdot_q(int64_t n) {
 #pragma GCC pop_options
 #endif
 #endif
+
+#if OWN_BENCH_I8MM
+#define OWN_SMMLA(k) "smmla %" #k ".4s, %8.16b, %9.16b\n\t"
+
+// smmla for this function alone, as own_kernels_i8mm.cpp reaches it without a flag
+#if defined(__clang__)
+__attribute__((target("i8mm")))
+#else
+__attribute__((target("arch=armv8.2-a+i8mm")))
+#endif
+void smmla_q(int64_t n) {
+    const int8x16_t u = vdupq_n_s8(1), s = vdupq_n_s8(1);
+    int32x4_t acc[k_neon_chains] = {};
+    for (int64_t i = 0; i < n; ++i) {
+        __asm__ volatile(OWN_EACH8(OWN_SMMLA) : OWN_ACC8("w", acc) : "w"(u), "w"(s));
+        __asm__ volatile(OWN_EACH8(OWN_SMMLA) : OWN_ACC8("w", (acc + 8)) : "w"(u), "w"(s));
+    }
+}
+#endif
 #endif
 
 // loop(n) does n rounds of `chains` instructions of `macs` multiply-adds each
@@ -162,6 +185,12 @@ std::vector<InstructionPeak> instruction_peaks(const Kernels & kernels, double s
 #if OWN_BENCH_NEON
     if (name == "neon") {
         peaks.push_back(peak_of("sdot q", sdot_q, k_neon_chains, 16, seconds));
+    }
+#endif
+#if OWN_BENCH_I8MM
+    if (name == "i8mm") {
+        peaks.push_back(peak_of("smmla q", smmla_q, k_neon_chains, 32, seconds));   // 2 x 2 x 8
+        peaks.push_back(peak_of("sdot q", sdot_q, k_neon_chains, 16, seconds));    // its single columns'
     }
 #endif
     return peaks;

@@ -19,7 +19,7 @@ struct InstructionPeak {
 
 // The peak rate of the dot-product instructions `kernels` multiply with, the one its
 // kernels use first (others after it where they are cheap to measure: vpdpbusd on zmm
-// beside the kernels' ymm); none for the reference. Each is a loop of independent
+// beside the kernels' ymm, sdot beside i8mm's smmla); none for the reference. Each is a loop of independent
 // accumulator chains, the fastest of runs that take at least `seconds` in all.
 std::vector<InstructionPeak> instruction_peaks(const Kernels & kernels, double seconds);
 

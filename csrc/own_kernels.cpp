@@ -4,9 +4,17 @@
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+// Linux's AArch64 bits for the dot products and the int8 matrix products, where the libc
+// lacks their names
 #ifndef HWCAP_ASIMDDP
-#define HWCAP_ASIMDDP (1 << 20)   // Linux's AArch64 bit for the dot products, where the libc lacks its name
+#define HWCAP_ASIMDDP (1 << 20)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
+#endif
+#if defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 namespace river::own {
@@ -29,12 +37,25 @@ bool cpu_runs(const Kernels * kernels) {
     }
 #endif
 #if defined(__aarch64__)
-    // the NEON kernels use the dot-product extension (sdot), which not every aarch64 CPU has
-    if (name == "neon") {
+    // the NEON kernels use the dot-product extension (sdot), which not every aarch64 CPU
+    // has; the i8mm ones the int8 matrix products (smmla) too, which fewer have
 #if defined(__APPLE__)
-        return true;   // every arm64 Mac has it
+    const bool dotprod = true;   // every arm64 Mac has it
 #elif defined(__linux__)
-        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    const bool dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+    const bool dotprod = false;
+#endif
+    if (name == "neon") {
+        return dotprod;
+    }
+    if (name == "i8mm") {
+#if defined(__APPLE__)
+        int i8mm = 0;   // M2 and later; the name is absent before macOS 12
+        size_t size = sizeof i8mm;
+        return sysctlbyname("hw.optional.arm.FEAT_I8MM", &i8mm, &size, nullptr, 0) == 0 && i8mm != 0;
+#elif defined(__linux__)
+        return dotprod && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #else
         return false;
 #endif
@@ -47,7 +68,9 @@ bool cpu_runs(const Kernels * kernels) {
 
 std::vector<const Kernels *> kernels_here() {
     std::vector<const Kernels *> here;
-    for (const Kernels * kernels : {vnni_kernels(), avx2_kernels(), neon_kernels()}) {
+    // First is what `auto` takes. i8mm comes after sdot until it is timed on Arm hardware:
+    // at pairs of columns its instruction count is about sdot's (docs/DESIGN.md).
+    for (const Kernels * kernels : {vnni_kernels(), avx2_kernels(), neon_kernels(), i8mm_kernels()}) {
         if (cpu_runs(kernels)) {
             here.push_back(kernels);
         }

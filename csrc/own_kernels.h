@@ -14,6 +14,7 @@ namespace river::own {
 const Kernels * avx2_kernels();
 const Kernels * vnni_kernels();
 const Kernels * neon_kernels();
+const Kernels * i8mm_kernels();
 
 // The kernels this CPU can run, fastest first; the reference is always last.
 std::vector<const Kernels *> kernels_here();

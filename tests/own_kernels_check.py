@@ -1,5 +1,5 @@
 """Holds a kernels set of our own products, built into tests/engine/own_kernels_driver.cpp
-for a CPU this host is not, to the reference's bits: the NEON kernels under qemu
+for a CPU this host is not, to the reference's bits: the NEON and i8mm kernels under qemu
 (test_own_kernels_neon.py) and the AVX-512 VNNI kernels' source with its two VNNI
 instructions emulated on AVX2 (test_own_kernels_vnni_emulated.py).
 
@@ -29,7 +29,8 @@ N_IN = 768  # 3 blocks of the 256-value types, 24 of the 32-value types
 # one whole row group; a pair of them and a part group (padded with zero rows); a pair,
 # a whole group alone and a part group (the kernels take 1 or 2 groups a call)
 ROW_COUNTS = (8, 21, 27)
-# single columns, x86's tiles of 2 and 4 (AVX2, AVX-512 VNNI) and NEON's of 2, and tails
+# single columns, x86's tiles of 2 and 4 (AVX2, AVX-512 VNNI), NEON's and i8mm's of 2,
+# and tails (an odd last column: i8mm's by sdot)
 COLUMN_COUNTS = (1, 2, 3, 4, 5, 17, 33)
 
 

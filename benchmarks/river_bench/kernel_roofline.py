@@ -4,11 +4,12 @@ on one core against the peak of the dot-product instruction their kernels use.
 Per kernel set here (_core.own_kernels()): the int8 multiply-adds per second of its
 instruction in a loop of independent chains on this thread (the roofline's ceiling:
 vpdpbusd on ymm for avx512vnni, with zmm beside it; the vpmaddubsw + vpmaddwd + vpaddd
-sequence for avx2; sdot for neon; none for the scalar reference). Per covered type,
-matrix shape and column count: one product of a random matrix (packed once) by random
-columns (quantized once) as a graph's product computes it on one thread, repeated, the
-fastest run; its rate is n_rows x n_in x n_cols multiply-adds over its seconds, and its
-fraction of the kernels' own peak how far the kernels are from the instruction's limit.
+sequence for avx2; sdot for neon; smmla, with sdot beside it, for i8mm; none for the
+scalar reference). Per covered type, matrix shape and column count: one product of a
+random matrix (packed once) by random columns (quantized once) as a graph's product
+computes it on one thread, repeated, the fastest run; its rate is n_rows x n_in x n_cols
+multiply-adds over its seconds, and its fraction of the kernels' own peak how far the
+kernels are from the instruction's limit.
 Repeated, a matrix stays in the caches where it fits (the 1.5B's matrices fit in a Zen 4
 CCD's L3): the figures are of the kernels' arithmetic, not of a decode step's stream of
 every matrix from memory (benchmarks/kernel_speed.py measures that).

@@ -1,13 +1,13 @@
 // Our own products (csrc/own_quant.h) by the reference and by one kernels set, written out
 // for a test to compare (tests/own_kernels_check.py): built with a cross compiler and run
-// under qemu for the NEON kernels (test_own_kernels_neon.py), natively with vpdpbusd and
+// under qemu for the NEON and i8mm kernels (test_own_kernels_neon.py), natively with vpdpbusd and
 // vpdpwssd emulated for the AVX-512 VNNI ones (test_own_kernels_vnni_emulated.py). Judges
 // nothing itself.
 //
 //   own_kernels_driver kernels
 //     prints the kernels this CPU runs (own::kernels_here), one a line
 //   own_kernels_driver products KERNELS TYPE N_IN ROWS COLUMNS OUT ROW_COUNTS COLUMN_COUNTS
-//     KERNELS: the kernels set (neon, avx512vnni, avx2), whether or not this CPU's
+//     KERNELS: the kernels set (i8mm, neon, avx512vnni, avx2), whether or not this CPU's
 //     features offer it (the emulated VNNI kernels run on any AVX2 CPU);
 //     ROWS: rows of TYPE (q4_0, q8_0, q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, iq4_nl, q3_k,
 //     q2_k, iq4_xs) in GGUF's layout, N_IN values each; COLUMNS: float32 columns of N_IN
@@ -64,8 +64,8 @@ ggml_type type_named(const std::string & name) {
 // The kernels called `name` among this build's tables, whether this CPU's features offer
 // them or not (own::kernels_named would refuse the emulated VNNI kernels)
 const own::Kernels & kernels_called(const std::string & name) {
-    for (const own::Kernels * kernels :
-         {own::vnni_kernels(), own::avx2_kernels(), own::neon_kernels(), &own::reference_kernels()}) {
+    for (const own::Kernels * kernels : {own::vnni_kernels(), own::avx2_kernels(), own::i8mm_kernels(),
+                                         own::neon_kernels(), &own::reference_kernels()}) {
         if (kernels && name == kernels->name) {
             return *kernels;
         }

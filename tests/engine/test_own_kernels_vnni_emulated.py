@@ -33,6 +33,7 @@ SOURCES = [
     (CSRC / "own_quant.cpp", []),
     (CSRC / "own_kernels.cpp", []),
     (CSRC / "own_kernels_neon.cpp", []),  # nullptr on x86 (own_kernels.cpp asks it)
+    (CSRC / "own_kernels_i8mm.cpp", []),  # nullptr on x86 too
     (CSRC / "own_kernels_avx2.cpp", X86),
     (CSRC / "own_kernels_vnni.cpp", [*X86, "-include", str(EMULATION)]),
 ]

@@ -17,7 +17,8 @@ types (so that a type added later is probed before it is used).
 
 ``RIVER_CPP_OWN_PRODUCTS`` overrides: ``auto`` (default: the fastest kernels here, once
 the probe passed), ``none`` (ggml's kernels), or a kernels name (``avx512vnni``,
-``avx2``, ``neon``, ``reference``), used unprobed.
+``avx2``, ``neon``, ``i8mm``, ``reference``), used unprobed (``auto`` takes sdot over i8mm
+until i8mm is timed on Arm hardware).
 """
 
 from __future__ import annotations
