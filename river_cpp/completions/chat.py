@@ -13,6 +13,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 from river_cpp.completions.chat_template import ChatTemplate, chat_template
 from river_cpp.completions.shared import (
     Cancel,
+    CompletionModel,
     Piece,
     Run,
     call_decoding,
@@ -54,7 +55,7 @@ TEMPLATE_ROLES = (*CHAT_ROLES, "tool")
 TEMPLATE_ENGINES = ("auto", "jinja")
 
 
-def _chat_logprobs(model, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
+def _chat_logprobs(model: CompletionModel, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
     """The chat `logprobs` object ({"content": [...]}) of `chunks`."""
 
     def entry(token: int, logprob: float) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def _chat_logprobs(model, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
 
 
 def chat_prompt(
-    model,
+    model: CompletionModel,
     messages: Sequence[Mapping[str, Any]],
     *,
     tools: Optional[Sequence[Mapping[str, Any]]] = None,
@@ -160,7 +161,7 @@ def _content_text(content: object, i: int) -> str:
 
 
 def create_chat_completion(
-    model,
+    model: CompletionModel,
     messages: Sequence[Mapping[str, Any]],
     *,
     max_tokens: Optional[int] = None,
@@ -241,7 +242,7 @@ class _ChatCall(NamedTuple):
 
 
 def _check_chat_call(
-    model,
+    model: CompletionModel,
     logprobs: object,
     top_logprobs: object,
     stream_options: Optional[Mapping[str, Any]],
@@ -269,7 +270,7 @@ def _check_chat_call(
 
 
 def _one_chat_completion(
-    model,
+    model: CompletionModel,
     messages: Sequence[Mapping[str, Any]],
     call: _ChatCall,
     decoding: Decoding,
@@ -335,7 +336,7 @@ def _one_chat_completion(
     }
 
 
-def _template(model, source: Optional[str]) -> ChatTemplate:
+def _template(model: CompletionModel, source: Optional[str]) -> ChatTemplate:
     """The chat template a call renders: `source` (a Jinja2 template), or the GGUF's."""
     if source is None:
         return chat_template(model.tokenizer)
@@ -343,7 +344,7 @@ def _template(model, source: Optional[str]) -> ChatTemplate:
 
 
 def _chat_grammar(
-    model,
+    model: CompletionModel,
     request: Optional[ToolRequest],
     syntax: Optional[str],
     grammar: Any,
@@ -360,7 +361,7 @@ def _chat_grammar(
 
 
 def _chat_chunks(
-    model,
+    model: CompletionModel,
     pieces: Iterator[Piece],
     run: Run,
     base: dict[str, Any],
