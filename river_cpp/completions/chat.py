@@ -125,6 +125,15 @@ def renders_template(
     )
 
 
+def chat_add_bos(
+    messages: Sequence[Mapping[str, Any]], *, tools: Optional[Sequence[Any]], template_engine: str
+) -> bool:
+    """Whether a chat prompt's tokens get BOS prepended: not where the template itself
+    renders it (it writes its own BOS where it wants one: llama-cpp-python's rule). The
+    one rule of the completion and of the server's early count."""
+    return not renders_template(messages, tools=tools, template_engine=template_engine)
+
+
 def _template_tool_calls(calls: object, i: int) -> list[dict[str, Any]]:
     """An assistant message's OpenAI tool_calls as templates read them (arguments
     as an object, as Hugging Face's templates expect)."""
@@ -300,8 +309,7 @@ def _one_chat_completion(
         decoding=decoding,
         logprobs=call.logprobs,
         grammar=_chat_grammar(model, request, call.syntax, grammar, response_format),
-        # a rendered template writes its own BOS where it wants one (llama-cpp-python's rule)
-        add_bos=not renders_template(messages, tools=call.tools, template_engine=template_engine),
+        add_bos=chat_add_bos(messages, tools=call.tools, template_engine=template_engine),
         hooks=hooks,
     )
     pieces = run_pieces(model, generation, run, cancel)
