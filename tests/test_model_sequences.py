@@ -180,3 +180,21 @@ def test_a_fault_in_the_scheduler_fails_the_pending_generations_at_once_and_it_s
         assert at - injected[0] < 1.0
     assert alone(model, PROMPTS[0], **GREEDY) == want  # and it serves on
     assert model.scheduler.in_use == 0
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("n_seq_max", [1, 4])
+def test_a_lone_generation_runs_on_its_callers_thread_and_never_waits(models, n_seq_max):
+    """By structure, not timing: no wait on the scheduler's condition (no timer, no
+    hand-over to another thread), and no thread started."""
+    model = models(n_seq_max)
+    scheduler = model.scheduler
+    waits: list = []
+    real_wait = scheduler._condition.wait
+    scheduler._condition.wait = lambda timeout=None: waits.append(timeout) or real_wait(timeout)
+    threads = threading.active_count()
+    try:
+        model.generate(PROMPTS[0], max_tokens=MAX_TOKENS, **GREEDY)
+    finally:
+        del scheduler._condition.wait
+    assert waits == [] and threading.active_count() == threads

@@ -13,6 +13,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 from river_cpp.completions.chat_template import ChatTemplate, chat_template
 from river_cpp.completions.shared import (
     Cancel,
+    CompletionModel,
     Piece,
     Run,
     call_decoding,
@@ -54,7 +55,7 @@ TEMPLATE_ROLES = (*CHAT_ROLES, "tool")
 TEMPLATE_ENGINES = ("auto", "jinja")
 
 
-def _chat_logprobs(model, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
+def _chat_logprobs(model: CompletionModel, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
     """The chat `logprobs` object ({"content": [...]}) of `chunks`."""
 
     def entry(token: int, logprob: float) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def _chat_logprobs(model, chunks: Sequence[GenerationChunk]) -> dict[str, list]:
 
 
 def chat_prompt(
-    model,
+    model: CompletionModel,
     messages: Sequence[Mapping[str, Any]],
     *,
     tools: Optional[Sequence[Mapping[str, Any]]] = None,
@@ -124,6 +125,15 @@ def renders_template(
     )
 
 
+def chat_add_bos(
+    messages: Sequence[Mapping[str, Any]], *, tools: Optional[Sequence[Any]], template_engine: str
+) -> bool:
+    """Whether a chat prompt's tokens get BOS prepended: not where the template itself
+    renders it (it writes its own BOS where it wants one: llama-cpp-python's rule). The
+    one rule of the completion and of the server's early count."""
+    return not renders_template(messages, tools=tools, template_engine=template_engine)
+
+
 def _template_tool_calls(calls: object, i: int) -> list[dict[str, Any]]:
     """An assistant message's OpenAI tool_calls as templates read them (arguments
     as an object, as Hugging Face's templates expect)."""
@@ -160,7 +170,7 @@ def _content_text(content: object, i: int) -> str:
 
 
 def create_chat_completion(
-    model,
+    model: CompletionModel,
     messages: Sequence[Mapping[str, Any]],
     *,
     max_tokens: Optional[int] = None,
@@ -241,7 +251,7 @@ class _ChatCall(NamedTuple):
 
 
 def _check_chat_call(
-    model,
+    model: CompletionModel,
     logprobs: object,
     top_logprobs: object,
     stream_options: Optional[Mapping[str, Any]],
@@ -269,7 +279,7 @@ def _check_chat_call(
 
 
 def _one_chat_completion(
-    model,
+    model: CompletionModel,
     messages: Sequence[Mapping[str, Any]],
     call: _ChatCall,
     decoding: Decoding,
@@ -299,8 +309,7 @@ def _one_chat_completion(
         decoding=decoding,
         logprobs=call.logprobs,
         grammar=_chat_grammar(model, request, call.syntax, grammar, response_format),
-        # a rendered template writes its own BOS where it wants one (llama-cpp-python's rule)
-        add_bos=not renders_template(messages, tools=call.tools, template_engine=template_engine),
+        add_bos=chat_add_bos(messages, tools=call.tools, template_engine=template_engine),
         hooks=hooks,
     )
     pieces = run_pieces(model, generation, run, cancel)
@@ -335,7 +344,7 @@ def _one_chat_completion(
     }
 
 
-def _template(model, source: Optional[str]) -> ChatTemplate:
+def _template(model: CompletionModel, source: Optional[str]) -> ChatTemplate:
     """The chat template a call renders: `source` (a Jinja2 template), or the GGUF's."""
     if source is None:
         return chat_template(model.tokenizer)
@@ -343,7 +352,7 @@ def _template(model, source: Optional[str]) -> ChatTemplate:
 
 
 def _chat_grammar(
-    model,
+    model: CompletionModel,
     request: Optional[ToolRequest],
     syntax: Optional[str],
     grammar: Any,
@@ -360,7 +369,7 @@ def _chat_grammar(
 
 
 def _chat_chunks(
-    model,
+    model: CompletionModel,
     pieces: Iterator[Piece],
     run: Run,
     base: dict[str, Any],

@@ -21,11 +21,39 @@ from river_cpp.decoding.exit_stats import ExitStats
 from river_cpp.decoding.generation import GenerationChunk, GenerationStream, tokens_per_second
 from river_cpp.decoding.grammar import Grammar
 from river_cpp.decoding.sampling import SamplingParams
-from river_cpp.engine.compute.context import check_fits
 from river_cpp.engine.compute.policy import ExitPolicy
+from river_cpp.engine.compute.tokenizer import Tokenizer
 
 # finish_reason of a generation stopped through `cancel` (not one of OpenAI's).
 CANCELLED = "cancelled"
+
+
+class CompletionModel(Protocol):
+    """What completions ask of a model, and all they ask: its files' name, sizes,
+    tokenizer, how a call decodes, and one generation (river_cpp.RiverModel is one)."""
+
+    model_path: Any
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def n_layer(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]: ...
+
+    def detokenize(self, ids: Sequence[int]) -> str: ...
+
+    def decoding(self, kind: str = "generate", **options: Any) -> Decoding:
+        """How a call of entry `kind` with these options decodes (decision.decide)."""
+        ...
+
+    def generate(self, prompt: Union[str, Sequence[int]], *, stream: bool = False, **options: Any) -> Any:
+        """One generation (a GenerationStream with stream=True)."""
+        ...
 
 
 class Cancel(Protocol):
@@ -70,7 +98,7 @@ class Piece:
     chunks: list[GenerationChunk]
 
 
-def run_pieces(model, stream: GenerationStream, run: Run, cancel: Optional[Cancel]) -> Iterator[Piece]:
+def run_pieces(model: CompletionModel, stream: GenerationStream, run: Run, cancel: Optional[Cancel]) -> Iterator[Piece]:
     """The text pieces of `stream` (which holds the model's lock while it runs), cut
     as llama-cpp-python's stream cuts them (river_cpp.apps.completion_text); fills `run`.
     The end-of-turn token that ends a generation is no completion token: no piece
@@ -109,7 +137,7 @@ def run_pieces(model, stream: GenerationStream, run: Run, cancel: Optional[Cance
 
 
 def start(
-    model,
+    model: CompletionModel,
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: Optional[int],
@@ -127,7 +155,6 @@ def start(
         prompt_ids = model.tokenize(prompt, add_bos=add_bos, special=True)
     else:
         prompt_ids = list(prompt)
-    check_fits(len(prompt_ids), model.n_ctx)
     if max_tokens is None or (
         isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool) and max_tokens <= 0
     ):
@@ -144,7 +171,7 @@ def start(
 
 
 def call_decoding(
-    model,
+    model: CompletionModel,
     kind: str,
     decoding: Optional[Decoding],
     policy: Optional[ExitPolicy],
@@ -161,7 +188,7 @@ def call_decoding(
     return decoding
 
 
-def usage(model, run: Run) -> dict[str, Any]:
+def usage(model: CompletionModel, run: Run) -> dict[str, Any]:
     """OpenAI's usage, with the prompt cache's hits and River's `river` block."""
     stats = ExitStats.from_exit_layers(run.exit_layers, model.n_layer)
     ended = run.ended_at or time.perf_counter()
@@ -199,7 +226,7 @@ def usage(model, run: Run) -> dict[str, Any]:
     }
 
 
-def served_name(model, name: Optional[str]) -> str:
+def served_name(model: CompletionModel, name: Optional[str]) -> str:
     return name if name is not None else os.path.basename(model.model_path)
 
 
@@ -238,7 +265,7 @@ def usage_in_stream(stream_options: Optional[Mapping[str, Any]]) -> bool:
 # ---------------------------------------------------------------- logprobs
 
 
-def token_text(model, token: int) -> str:
+def token_text(model: CompletionModel, token: int) -> str:
     """A token's text alone, invalid UTF-8 dropped (as llama-cpp-python shows it)."""
     return model.tokenizer.detokenize_bytes([token]).decode("utf-8", errors="ignore")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from river_cpp.completions.shared import CompletionModel
 from river_cpp.decoding.grammar import Grammar, GrammarError, json_grammar, schema_grammar
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
@@ -54,7 +55,7 @@ def gbnf_of(grammar: Any) -> Optional[tuple[str, str]]:
 
 
 def request_grammar(
-    model, *, grammar: Any = None, response_format: Optional[Mapping[str, Any]] = None
+    model: CompletionModel, *, grammar: Any = None, response_format: Optional[Mapping[str, Any]] = None
 ) -> Optional[Grammar]:
     """The compiled Grammar of a request's `grammar` and `response_format` (at most one
     of them constrains), or None; GrammarError naming what is wrong."""

@@ -12,6 +12,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from river_cpp.completions.shared import (
     Cancel,
+    CompletionModel,
     Piece,
     Run,
     call_decoding,
@@ -35,7 +36,7 @@ from river_cpp.engine.compute.policy import ExitPolicy
 class _CompletionLogprobs:
     """The legacy completions `logprobs` object, built a chunk at a time."""
 
-    def __init__(self, model, prompt_chars: int = 0) -> None:
+    def __init__(self, model: CompletionModel, prompt_chars: int = 0) -> None:
         """`prompt_chars`: where the completion starts in prompt + completion (OpenAI's
         text_offset counts from the prompt's start, as llama-cpp-python's does)."""
         self._model = model
@@ -60,7 +61,7 @@ class _CompletionLogprobs:
 
 
 def create_completion(
-    model,
+    model: CompletionModel,
     prompt: Union[str, Sequence[int]],
     *,
     max_tokens: Optional[int] = 16,
@@ -133,7 +134,7 @@ def create_completion(
 
 
 def _one_completion(
-    model,
+    model: CompletionModel,
     prompt: Union[str, Sequence[int]],
     decoding: Decoding,
     *,
@@ -185,12 +186,12 @@ def _one_completion(
     }
 
 
-def _prompt_chars(model, prompt: Union[str, Sequence[int]]) -> int:
+def _prompt_chars(model: CompletionModel, prompt: Union[str, Sequence[int]]) -> int:
     return len(prompt) if isinstance(prompt, str) else len(model.detokenize(prompt))
 
 
 def _completion_chunks(
-    model,
+    model: CompletionModel,
     pieces: Iterator[Piece],
     run: Run,
     base: dict[str, Any],

@@ -14,7 +14,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from river_cpp.completions.chat import chat_prompt
+from river_cpp.completions.chat import chat_add_bos, chat_prompt
 from river_cpp.completions.chat_template import chat_template
 from river_cpp.completions.shared import MAX_CHOICES
 from river_cpp.completions.structured import request_grammar, response_format_grammar
@@ -371,7 +371,9 @@ def prompt_tokens(model, parsed: ParsedRequest) -> int:
             text = chat_prompt(model, parsed.prompt, tools=_offered_tools(parsed))  # type: ignore[arg-type]
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
-        return len(model.tokenize(text, add_bos=True, special=True))
+        # BOS as the completion adds it: a rendered template writes its own (chat_add_bos)
+        add_bos = chat_add_bos(parsed.prompt, tools=parsed.options.get("tools"), template_engine="auto")
+        return len(model.tokenize(text, add_bos=add_bos, special=True))
     if isinstance(parsed.prompt, str):
         return len(model.tokenize(parsed.prompt, add_bos=True, special=True))
     if any(not 0 <= t < model.n_vocab for t in parsed.prompt):

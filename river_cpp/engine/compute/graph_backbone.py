@@ -619,8 +619,9 @@ class GraphBackbone:
 
 class BackboneSequence:
     """One sequence of a GraphBackbone's cache, behind the Backbone protocol
-    (river_cpp.engine.compute.backbone): what a generation on that sequence runs on. Its
-    drafting statistics and draft memory, kept per backbone object, are its own."""
+    (river_cpp.engine.compute.backbone): what the scheduler runs a generation's requests on.
+    Its draft memory is its own; what drafting learned of lengths is the model's
+    (learned_drafting)."""
 
     kind = "graph"
     rewinds_anywhere = True

@@ -266,10 +266,8 @@ class Scheduler:
             moved = True
         # Readers waiting go first: they may take sequences over; then those running ahead.
         for generation in sorted(self._live, key=lambda g: not g.waiting):
-            if generation.finished or generation.pending is not None or generation.forward is not None:
+            if not self._may_go_on(generation):
                 continue
-            if not generation.waiting and (generation.outbox or generation.seq is None):
-                continue  # ahead by one output at most, and only on a sequence it holds
             if generation.seq is None and not self._place(generation):
                 continue
             generation.context.run(self._advance, generation)
@@ -277,8 +275,20 @@ class Scheduler:
         asking = [g for g in self._live if g.pending is not None or g.forward is not None]
         if asking:
             self._compute(asking)
+            for generation in asking:  # on with the results at once: a round less per step
+                if self._may_go_on(generation) and generation.seq is not None:
+                    generation.context.run(self._advance, generation)
             moved = True
         return moved
+
+    @staticmethod
+    def _may_go_on(generation: Generation) -> bool:
+        """Whether a round resumes the generation: it asks nothing now, and its reader
+        waits for it, or it holds a sequence and has no output waiting (it runs ahead
+        by one output at most)."""
+        if generation.finished or generation.pending is not None or generation.forward is not None:
+            return False
+        return generation.waiting or (not generation.outbox and generation.seq is not None)
 
     def _advance(self, generation: Generation) -> None:
         """Resume the generation's loop until it asks a forward, yields an output or
@@ -470,8 +480,9 @@ class Stream:
 
 
 def _abandon(scheduler: Scheduler, generation: Generation) -> None:
-    """A stream dropped unclosed: its generation ends at the next round (taking no lock
-    here: the collector may run on a thread that holds it)."""
+    """A stream dropped unclosed: its generation ends at the next round, and the readers
+    waiting are told. The collector may run on a thread that holds the lock: where it
+    is held, a thread of its own tells them once it is free."""
     generation.abandoned = True
     condition = scheduler._condition
     if condition.acquire(blocking=False):
@@ -479,3 +490,10 @@ def _abandon(scheduler: Scheduler, generation: Generation) -> None:
             condition.notify_all()
         finally:
             condition.release()
+    else:
+        threading.Thread(target=_notify, args=(condition,), name="river-cpp-abandoned", daemon=True).start()
+
+
+def _notify(condition: threading.Condition) -> None:
+    with condition:
+        condition.notify_all()
