@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "ggml-cpu.h"
+#include "own_attention.h"
 #include "own_kernels.h"
 #include "vocab_check.h"
 
@@ -70,6 +71,11 @@ size_t bytes_of(std::initializer_list<const ggml_tensor *> tensors) {
         n += t ? ggml_nbytes(t) : 0;
     }
     return n;
+}
+
+// Whether layer il of a segment that exits at `exit_depth` runs on the river's weights.
+bool on_river(int64_t il, int64_t exit_depth, const ExitConfig & exit, int64_t n_layer) {
+    return il >= exit_depth && il < n_layer - exit.tail_layers;
 }
 
 size_t layer_bytes(LayerWeights layer) {
@@ -191,15 +197,52 @@ PlacementSizes Engine::placement_sizes() const {
     return sizes;
 }
 
-void Engine::place(const Placement & placement) {
-    if (placed()) {
-        throw Error("the model is already placed on its devices");
-    }
+void Engine::check_placement(const Placement & placement) const {
     const size_t n_layer = static_cast<size_t>(hp_.n_layer);
     if (placement.backbone_layers.size() != n_layer || placement.river_layers.size() != (has_river() ? n_layer : 0)) {
         throw Error("a placement names a device for each of the " + std::to_string(n_layer) +
                     " layers of the backbone" + (has_river() ? " and of the river" : ""));
     }
+}
+
+AttentionPlan Engine::attention_plan(const Placement & placement) const {
+    check_placement(placement);
+    // A cache of one position laid out as this model's, in host memory: whether our op
+    // reads its types and head size, asked of the tensors it would read.
+    const KvCache layout(hp_, 1, 1, ggml_backend_get_default_buffer_type(cpu_backend_));
+    const auto reason = [&](int64_t il, const std::string & device) -> std::string {
+        if (!params_.own_attention) {
+            return "own_attention is off";
+        }
+        if (placement.kv_cache != k_host_device) {
+            return "the KV cache is on " + placement.kv_cache;
+        }
+        if (device != k_host_device) {
+            return "the layer computes on " + device;
+        }
+        const ggml_tensor * k = layout.k(il);
+        const ggml_tensor * v = layout.v(il);
+        if (!own_attention_supports(k, v, hp_.n_embd_head)) {
+            return std::string("our attention does not read a cache of ") + ggml_type_name(k->type) + " K, " +
+                   ggml_type_name(v->type) + " V with heads of " + std::to_string(hp_.n_embd_head);
+        }
+        return "";
+    };
+    AttentionPlan plan;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        plan.backbone_layers.push_back(reason(il, placement.backbone_layers[il]));
+        if (has_river()) {
+            plan.river_layers.push_back(reason(il, placement.river_layers[il]));
+        }
+    }
+    return plan;
+}
+
+void Engine::place(const Placement & placement) {
+    if (placed()) {
+        throw Error("the model is already placed on its devices");
+    }
+    check_placement(placement);
     // the devices named, in the order of the scheduler's preference: offloading
     // devices before the CPU
     std::vector<std::string> names = placement.backbone_layers;
@@ -272,6 +315,7 @@ void Engine::place(const Placement & placement) {
     std::vector<ggml_backend_t> backends = device_backends_;
     backends.push_back(cpu_backend_);
     graphs_ = std::make_unique<GraphCache>(backends, k_max_kept_graphs);
+    attention_ = attention_plan(placement);
     placement_ = placement;
 }
 
@@ -400,10 +444,6 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
     try {
         for (int64_t start = 0, n = 0; start < n_ids; start += n) {
             n = std::min(params_.n_batch, n_ids - start);
-            const int64_t rest = n_ids - start - n;
-            if (prompt && rest > 0 && rest < min_prompt_batch && n - (min_prompt_batch - rest) >= min_prompt_batch) {
-                n -= min_prompt_batch - rest;   // see min_prompt_batch
-            }
             const bool is_last = start + n == n_ids;
             float * out = nullptr;
             if (!last_only) {
@@ -526,8 +566,13 @@ int64_t Engine::forward_batch(const BatchData & batch, const ExitConfig * exit) 
 }
 
 const LayerWeights & Engine::layer_weights(int64_t il, const Segment & seg) const {
-    const bool on_river = il >= seg.exit_depth && il < hp_.n_layer - seg.exit.tail_layers;
-    return on_river ? river_.layers[il] : backbone_.layers[il];
+    return on_river(il, seg.exit_depth, seg.exit, hp_.n_layer) ? river_.layers[il] : backbone_.layers[il];
+}
+
+bool Engine::own_attention_in(int64_t il, const Segment & seg) const {
+    const std::vector<std::string> & reasons =
+        on_river(il, seg.exit_depth, seg.exit, hp_.n_layer) ? attention_.river_layers : attention_.backbone_layers;
+    return reasons[il].empty();
 }
 
 ggml_tensor * Engine::head_weights(ggml_context * ctx, const Segment & seg) const {
@@ -635,7 +680,6 @@ void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_conte
     OwnInputs own_inputs;
     g.own = &own_;
     g.own_inputs = &own_inputs;
-    g.own_attention = params_.own_attention;
 
     // [n_embd, n_tokens]
     ggml_tensor * inpL = nullptr;
@@ -652,6 +696,7 @@ void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_conte
     ggml_tensor * block_input = inpL;
     for (int64_t il = seg.first_layer; il < seg.end_layer; ++il) {
         block_input = inpL;
+        g.own_attention = own_attention_in(il, seg);
         inpL = build_layer(g, layer_weights(il, seg), il, inpL);
     }
 

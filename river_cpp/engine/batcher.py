@@ -5,13 +5,15 @@ Each generation runs on its own thread and calls forward on its own sequence; th
 call waits here while one thread, the batcher's, gathers what every sequence in use
 has asked and runs it as one batch (`_core.Engine.forward_many`). A sequence joins
 or leaves between batches. A long prompt is cut into chunks while other sequences
-are in use, so that their tokens keep flowing; alone, it runs whole. No piece of a
-prompt is a single row (_core.MIN_PROMPT_BATCH), so where it is cut never changes it.
+are in use, so that their tokens keep flowing; alone, it runs whole.
 
 Nothing here changes a token: the engine computes each sequence's rows as a forward
-of that sequence alone computes them, so what is batched with what, and where a
-prompt is cut, decide only the speed. Knows nothing of decoding or of which sequence
-a request gets (river_cpp.engine.sequences).
+of that sequence alone computes them, and with our own attention (on the CPU) a
+prompt's rows are the same bits wherever it is cut, so what is batched with what, and
+where a prompt is cut, decide only the speed. (With ggml's attention, own_attention
+off or on a device, a prompt's rows may differ in the last bits by where it was cut.)
+Knows nothing of decoding or of which sequence a request gets
+(river_cpp.engine.sequences).
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ class ForwardBatcher:
     ) -> None:
         """`run(rows, exit)` computes rows of several sequences in one batch (one row:
         that sequence alone, any length, any exit)."""
-        if chunk < 2 * _core.MIN_PROMPT_BATCH or n_batch < chunk:
-            raise ValueError(f"chunk must be in [{2 * _core.MIN_PROMPT_BATCH}, n_batch], got {chunk}")
+        if chunk < 1 or n_batch < chunk:
+            raise ValueError(f"chunk must be in [1, n_batch], got {chunk}")
         self._run = run
         self.n_batch = n_batch
         self.chunk = chunk
@@ -180,10 +182,6 @@ class ForwardBatcher:
             left = len(request.ids) - request.done
             if request.prompt:  # a prompt may be cut: in chunks while it shares the batch
                 n = min(left, budget, self.chunk if shared else budget)
-                if n < left:  # no piece of fewer rows than _core.MIN_PROMPT_BATCH, now or later
-                    n = min(n, left - _core.MIN_PROMPT_BATCH)
-                    if n < _core.MIN_PROMPT_BATCH:
-                        continue
             elif left <= budget:  # a step or a verify goes whole
                 n = left
             else:

@@ -25,7 +25,7 @@ from river_cpp.engine.context import check_fits
 from river_cpp.engine.extra_bufts import ENV, ExtraBufts, extra_bufts
 from river_cpp.engine.load_options import LoadOptions, positive_int
 from river_cpp.engine.own_products import OwnProducts, own_products
-from river_cpp.engine.placement import Placement, offload_devices, plan_placement
+from river_cpp.engine.placement import Placement, describe_attention, offload_devices, plan_placement
 from river_cpp.engine.policy import ExitPolicy, check_policy
 from river_cpp.engine.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
 from river_cpp.engine.rpc import connect_rpc_servers, gone_servers, hold_links, release_links
@@ -52,15 +52,6 @@ def default_head(river: Union[str, os.PathLike, None]) -> Union[bool, str]:
 def is_river_file(river: str) -> bool:
     """Whether `river` names a river file rather than a type to build."""
     return os.path.exists(river) or river.endswith(".gguf")
-
-
-def _leave_a_prompt_batch(ids: Sequence[int], n: int) -> int:
-    """At most `n` cached positions to reuse of `ids`, leaving the prompt's forward at
-    least _core.MIN_PROMPT_BATCH rows: a prompt's rows computed one alone take other bits
-    than in a cold prefill, so a reused prefix could change the answer."""
-    if len(ids) < _core.MIN_PROMPT_BATCH:
-        return n
-    return max(0, min(n, len(ids) - _core.MIN_PROMPT_BATCH))
 
 
 def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:
@@ -160,6 +151,7 @@ class GraphBackbone:
         if options.verbose:
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
             print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
+            print("river-cpp: attention: " + self.describe_attention(), file=sys.stderr)
         self.prefill = options.prefill
         self._tail_layers = options.tail_layers
         self._river_head = bool(river_head)
@@ -249,6 +241,16 @@ class GraphBackbone:
         if self._engine is None:
             raise ValueError("this RiverModel is closed")
         return self._engine
+
+    @property
+    def attention(self) -> dict[str, list[str]]:
+        """Per layer of the backbone and the river, why ggml's attention computes it
+        ("" where river-cpp's own does): _core.Engine.attention_plan of this placement."""
+        return self.engine.attention
+
+    def describe_attention(self) -> str:
+        """One line: which attention each layer runs, and why ggml's where it does."""
+        return describe_attention(self.attention)
 
     def describe_buffer_types(self) -> str:
         """Lines for `river-cpp generate -v`: the buffer types holding the host's weights
@@ -413,8 +415,9 @@ class GraphBackbone:
     ) -> int:
         """How many leading `ids` sequence `seq`, or the prompt cache, holds as a cold forward
         of them on `route` under `policy` (None: never exits) computes them, at most
-        len(ids) - 2 (the rest run as one prompt batch of two rows or more: a row run alone
-        would take other bits); a query.
+        len(ids) - 1; a query. With our own attention (own_attention, on the CPU) a prompt
+        continued from them is a cold forward's bits wherever it is cut; with ggml's, its
+        rows may differ in the last bits from a cold prefill's.
 
         Only positions computed by the full backbone qualify, and only when the
         route runs the full backbone (or the policy never exits): a prompt that exits
@@ -425,7 +428,7 @@ class GraphBackbone:
             return 0
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
             n = self.prompt_cache.longest(self.sequence(seq), ids, cached=n)
-        return _leave_a_prompt_batch(ids, n)
+        return n
 
     def reuse_prefix(
         self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None, seq: int = 0
@@ -437,7 +440,6 @@ class GraphBackbone:
             n = 0
         elif self.prompt_cache is not None:
             n = self.prompt_cache.restore(self.sequence(seq), ids, cached=n)
-        n = _leave_a_prompt_batch(ids, n)
         self.rewind(n, seq=seq)
         return n
 

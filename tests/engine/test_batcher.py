@@ -12,7 +12,6 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from river_cpp.engine import _core
 from river_cpp.engine.batcher import ForwardBatcher, ForwardRequest
 
 WAIT = 30  # seconds before a test gives up on the batcher's thread
@@ -186,30 +185,28 @@ def test_a_prompt_is_cut_to_fill_a_batch(pool):
 @pytest.mark.parametrize(
     "budget, pieces",
     [
-        (1, [[1, 2, 3, 4, 5]]),  # one row would fit: the prompt waits, then runs whole
+        (1, [[1], [2, 3, 4, 5]]),
         (2, [[1, 2], [3, 4, 5]]),
-        (3, [[1, 2, 3], [4, 5]]),
-        (4, [[1, 2, 3], [4, 5]]),  # four would fit, but would leave one
+        (4, [[1, 2, 3, 4], [5]]),
     ],
 )
-def test_no_piece_of_a_prompt_is_a_single_row(pool, budget, pieces):
-    """A prompt's row computed in a batch of one takes other bits (_core.MIN_PROMPT_BATCH):
-    a prompt beside a verify gets what the batch has left, but never one row, and never
-    leaves one row for later."""
+def test_a_prompt_takes_what_the_batch_has_left(pool, budget, pieces):
+    """A prompt beside a verify gets the rows the batch has left, one or more, and the
+    rest later: our own attention gives a prompt's rows the same bits wherever it is cut
+    (tests/engine/test_own_attention.py, test_sequences.py on the engine)."""
     run = FakeEngine()
     batcher = make(run, n_batch=8, chunk=8, in_use=2)
     try:
         verify, prompt = request(1, list(range(11, 19 - budget))), request(0, [1, 2, 3, 4, 5], prompt=True)
         outcomes = settle(batcher, queue_in_order(pool, batcher, verify, prompt))
         assert outcomes == [list(range(11, 19 - budget)), [1, 2, 3, 4, 5]]
-        assert _core.MIN_PROMPT_BATCH == 2  # what the pieces above are cut by
         assert run.rows_of(0) == pieces
     finally:
         batcher.close()
 
 
-@pytest.mark.parametrize("chunk, n_batch", [(2 * _core.MIN_PROMPT_BATCH - 1, 64), (65, 64)])
-def test_a_chunk_that_could_leave_single_rows_or_overflow_a_batch_is_refused(chunk, n_batch):
+@pytest.mark.parametrize("chunk, n_batch", [(0, 64), (65, 64)])
+def test_a_chunk_that_is_empty_or_overflows_a_batch_is_refused(chunk, n_batch):
     with pytest.raises(ValueError, match="chunk must be in"):
         ForwardBatcher(FakeEngine(), n_batch, chunk=chunk)
 
