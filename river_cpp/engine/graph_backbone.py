@@ -54,6 +54,19 @@ def is_river_file(river: str) -> bool:
     return os.path.exists(river) or river.endswith(".gguf")
 
 
+def planned_attention(path: str, options: LoadOptions) -> dict[str, list[str]]:
+    """Which attention each layer of the backbone at `path` would run, loaded with
+    `options` (_core.Engine.attention_plan: per layer, why ggml's attention takes it, ""
+    where ours does), its layers placed as GraphBackbone places them (without a river,
+    whose layers would go to a device first). Maps the file; places and computes nothing."""
+    engine = _core.Engine(
+        path, options.n_ctx, DEFAULT_N_BATCH, 1, n_seq=options.n_seq_max, own_attention=bool(options.own_attention)
+    )
+    devices = offload_devices(options.rpc_servers)
+    placement = plan_placement(engine.placement_sizes(), devices, options.n_gpu_layers, options.main_gpu)
+    return engine.attention_plan(**placement.engine_arguments())
+
+
 def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:
     """The servers of `remote_devices` (endpoint -> device names) that went away; their
     devices are marked lost on the engine, which then never talks to them again."""

@@ -42,24 +42,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def default_attention(model: str) -> dict:
-    """Which attention the graph backbone of `model` runs when loaded with the default
-    options, its layers placed as the default plans them on this machine's devices
-    (the backbone's: a river's layers would go to a device first): {"plan" (per layer
-    of each weight set, why ggml's attention takes it, "" where ours does),
-    "description"}. Maps the file; places and computes nothing."""
-    from river_cpp.engine import _core
-    from river_cpp.engine.graph_backbone import DEFAULT_N_BATCH
-    from river_cpp.engine.load_options import LoadOptions
-    from river_cpp.engine.placement import describe_attention, offload_devices, plan_placement
-
-    defaults = LoadOptions(n_threads=1)
-    engine = _core.Engine(model, KV_SHOWN_N_CTX, DEFAULT_N_BATCH, 1, own_attention=defaults.own_attention)
-    placement = plan_placement(engine.placement_sizes(), offload_devices(), defaults.n_gpu_layers, defaults.main_gpu)
-    plan = engine.attention_plan(**placement.engine_arguments())
-    return {"plan": plan, "description": describe_attention(plan)}
-
-
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -82,7 +64,13 @@ def run(args: argparse.Namespace) -> int:
             from river_cpp.engine import _core
 
             info["backbone"]["kv_bytes_per_sequence"] = _core.kv_cache_bytes(args.model, KV_SHOWN_N_CTX)
-            info["backbone"]["attention"] = default_attention(args.model)
+            from river_cpp.engine.graph_backbone import planned_attention
+            from river_cpp.engine.load_options import LoadOptions
+            from river_cpp.engine.placement import describe_attention
+
+            # as the default load on this machine's devices would run it
+            plan = planned_attention(args.model, LoadOptions(n_ctx=KV_SHOWN_N_CTX, n_threads=1))
+            info["backbone"]["attention"] = {"plan": plan, "description": describe_attention(plan)}
         else:
             from river_cpp.engine.llama_backbone import LlamaCppBackbone, probe_llama_cpp
 

@@ -20,16 +20,19 @@ def test_generate_verbose_and_info_say_what_was_chosen(tiny_llama4, river_cache,
     assert main(["generate", "Hello", "--model", str(tiny_llama4), "-n", "3", "-v"]) == 0
     err = capsys.readouterr().err
     assert "river: none (n-gram drafts only): no river would be faster than plain decoding" in err
+    assert "river-cpp: attention: river-cpp's own in every layer" in err
     today = time.strftime("%Y-%m-%d")
     assert main(["info", str(tiny_llama4)]) == 0
     out = capsys.readouterr().out
     assert "river: none (n-gram drafts only)" in out
+    assert "attention: river-cpp's own in every layer" in out
     # this machine's load decides which; either way the line says when the timing was taken
     timing = next(line.strip() for line in out.splitlines() if line.strip().startswith("timing: "))
     assert timing.startswith(("timing: cached, taken " + today, "timing: provisional, taken " + today))
     assert main(["info", str(tiny_llama4), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["river_choice"]["river"] is None
+    assert info["backbone"]["attention"]["plan"] == {"backbone_layers": [""] * 4, "river_layers": []}
     assert {c["river"] for c in info["river_choice"]["candidates"]} == set(ACCEPTANCE)
     assert info["river_choice"]["timing"]["taken"].startswith(today)
     assert info["river_choice"]["timing"]["cached"] == timing.startswith("timing: cached")
