@@ -47,7 +47,8 @@ struct EngineParams {
     // it (see ExactMode), in batches of at most exact_rows tokens that are not a
     // prompt: decode steps and verifies (up to 64 forced tokens, the last one and 64
     // drafted). Prompts, which every decoding prefills alike, and longer batches take
-    // ggml's fastest kernels.
+    // ggml's fastest kernels. Layers that take our own attention need it for none of
+    // their attention (its rows are those bits in any batch); ggml's takes exact_mul_mat.
     ExactMode exact = ExactMode::on;
     int64_t exact_rows = 129;
     // The weight types (ggml names) whose host matrices take our own batch-invariant
