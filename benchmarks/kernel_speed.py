@@ -4,9 +4,11 @@
 
 Four engines on the same file, each measured in a process of its own, the processes
 interleaved round after round so that a slow stretch of the machine falls on all:
-- ours: the graph backbone with our own batch-invariant products (csrc/own_*), the default;
-- ours, own attention: the same with our own attention too (own_attention=True);
-- ours, ggml's kernels: ggml's products (RIVER_CPP_OWN_PRODUCTS=none, CPU_REPACK where the probe allows);
+- ours: the graph backbone with our own batch-invariant products (csrc/own_*) and our own
+  attention, the default;
+- ours, ggml's attention: the same with ggml's attention (own_attention=False);
+- ours, ggml's kernels: ggml's products (RIVER_CPP_OWN_PRODUCTS=none, CPU_REPACK where the
+  probe allows) and ggml's attention;
 - llama-cpp-python: llama.cpp's context with its defaults (the control).
 
 Per engine and round: a prompt of each --prompts length (one forward, the last row's

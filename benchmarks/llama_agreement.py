@@ -5,11 +5,12 @@
 Our products add in their own order and quantize the columns their own way (docs/DESIGN.md,
 "Our own quantized products"), so a greedy answer can take another token where two are
 nearly tied. Per prompt of the input-grounded and chat sets, plain greedy decoding by
-llama-cpp-python (the reference), by our graph with our own products (the default) and
-by our graph with ggml's kernels (RIVER_CPP_OWN_PRODUCTS=none, the control: ggml's
-kernels, our graph). Reported per engine: identical answers, tokens until the first
-difference, and at each parting the logit gap between the two tokens in llama.cpp's own
-logits there (a small gap: a near-tie, which any change of summation order may flip).
+llama-cpp-python (the reference), by our graph with our own products and attention (the
+default) and by our graph with ggml's kernels (RIVER_CPP_OWN_PRODUCTS=none and
+own_attention=False, the control: ggml's kernels and attention, our graph). Reported per
+engine: identical answers, tokens until the first difference, and at each parting the
+logit gap between the two tokens in llama.cpp's own logits there (a small gap: a
+near-tie, which any change of summation order may flip).
 """
 
 from __future__ import annotations

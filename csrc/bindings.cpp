@@ -153,17 +153,32 @@ void build_river(const river::Engine & engine, const std::vector<std::string> & 
     river::build_river(engine.backbone_file(), engine.hparams(), spec, out_path, n_threads, report);
 }
 
-void engine_place(river::Engine & engine, std::vector<std::string> backbone_layers,
-                  std::vector<std::string> river_layers, const std::string & backbone_head,
-                  const std::string & river_head, const std::string & kv_cache) {
+river::Placement make_placement(std::vector<std::string> backbone_layers, std::vector<std::string> river_layers,
+                                const std::string & backbone_head, const std::string & river_head,
+                                const std::string & kv_cache) {
     river::Placement placement;
     placement.backbone_layers = std::move(backbone_layers);
     placement.river_layers = std::move(river_layers);
     placement.backbone_head = backbone_head;
     placement.river_head = river_head;
     placement.kv_cache = kv_cache;
+    return placement;
+}
+
+void engine_place(river::Engine & engine, std::vector<std::string> backbone_layers,
+                  std::vector<std::string> river_layers, const std::string & backbone_head,
+                  const std::string & river_head, const std::string & kv_cache) {
+    const river::Placement placement =
+        make_placement(std::move(backbone_layers), std::move(river_layers), backbone_head, river_head, kv_cache);
     py::gil_scoped_release release;
     engine.place(placement);
+}
+
+py::dict attention_dict(const river::AttentionPlan & plan) {
+    py::dict d;
+    d["backbone_layers"] = plan.backbone_layers;
+    d["river_layers"] = plan.river_layers;
+    return d;
 }
 
 // A Placement (device names) or PlacementSizes (bytes): one value per placeable part.
@@ -350,6 +365,21 @@ PYBIND11_MODULE(_core, m) {
         .def("place", &engine_place, py::arg("backbone_layers"), py::arg("river_layers"), py::arg("backbone_head"),
              py::arg("river_head"), py::arg("kv_cache"),
              "Put weights and cache on the named devices ('CPU': the host); once, before the first forward.")
+        .def(
+            "attention_plan",
+            [](const river::Engine & e, std::vector<std::string> backbone_layers, std::vector<std::string> river_layers,
+               const std::string & backbone_head, const std::string & river_head, const std::string & kv_cache) {
+                return attention_dict(e.attention_plan(make_placement(
+                    std::move(backbone_layers), std::move(river_layers), backbone_head, river_head, kv_cache)));
+            },
+            py::arg("backbone_layers"), py::arg("river_layers"), py::arg("backbone_head"), py::arg("river_head"),
+            py::arg("kv_cache"),
+            "Which attention each layer would take under this placement (place()'s arguments): "
+            "{'backbone_layers': [reason], 'river_layers': [reason]}, each why ggml's attention takes the layer, "
+            "'' where our own does.")
+        .def_property_readonly(
+            "attention", [](const river::Engine & e) { return attention_dict(e.attention()); },
+            "attention_plan of the placement applied (empty lists before place()).")
         .def_property_readonly("placed", &river::Engine::placed)
         .def_property_readonly("placement", [](const river::Engine & e) { return parts_dict(e.placement()); })
         .def_property_readonly("repacked_tensors", &river::Engine::repacked_tensors)
@@ -388,7 +418,6 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("arch", [](const river::Engine & e) { return e.hparams().arch; })
         .def_property_readonly("n_embd_kv", [](const river::Engine & e) { return e.hparams().n_embd_kv(); });
 
-    m.attr("MIN_PROMPT_BATCH") = river::Engine::min_prompt_batch;
     m.def("build_river", &build_river, py::arg("engine"), py::arg("layer_types"), py::arg("head_type"),
           py::arg("metadata"), py::arg("out_path"), py::arg("n_threads"), py::arg("progress") = py::none(),
           "Quantize the engine's backbone matrices into a river GGUF at out_path.");

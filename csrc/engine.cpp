@@ -73,6 +73,11 @@ size_t bytes_of(std::initializer_list<const ggml_tensor *> tensors) {
     return n;
 }
 
+// Whether layer il of a segment that exits at `exit_depth` runs on the river's weights.
+bool on_river(int64_t il, int64_t exit_depth, const ExitConfig & exit, int64_t n_layer) {
+    return il >= exit_depth && il < n_layer - exit.tail_layers;
+}
+
 size_t layer_bytes(LayerWeights layer) {
     size_t n = 0;
     for (ggml_tensor ** t : tensor_slots(layer)) {
@@ -194,16 +199,53 @@ PlacementSizes Engine::placement_sizes() const {
     return sizes;
 }
 
-void Engine::place(const Placement & placement) {
-    if (placed()) {
-        throw Error("the model is already placed on its devices");
-    }
+void Engine::check_placement(const Placement & placement) const {
     const size_t n_layer = static_cast<size_t>(hp_.n_layer);
     if (placement.backbone_layers.size() != n_layer || placement.river_layers.size() != (has_river() ? n_layer : 0)) {
         throw Error("a placement names a device for each of the " + std::to_string(n_layer) +
                     " layers of the backbone" + (has_river() ? " and of the river" : ""));
     }
-    check_cache_types(placement_device(placement.kv_cache) == nullptr);
+}
+
+AttentionPlan Engine::attention_plan(const Placement & placement) const {
+    check_placement(placement);
+    // A cache of one position laid out as this model's, in host memory: whether our op
+    // reads its types and head size, asked of the tensors it would read.
+    const KvCache layout(hp_, 1, 1, ggml_backend_get_default_buffer_type(cpu_backend_), type_k_, type_v_);
+    const auto reason = [&](int64_t il, const std::string & device) -> std::string {
+        if (!params_.own_attention) {
+            return "own_attention is off";
+        }
+        if (placement.kv_cache != k_host_device) {
+            return "the KV cache is on " + placement.kv_cache;
+        }
+        if (device != k_host_device) {
+            return "the layer computes on " + device;
+        }
+        const ggml_tensor * k = layout.k(il);
+        const ggml_tensor * v = layout.v(il);
+        if (!own_attention_supports(k, v, hp_.n_embd_head)) {
+            return std::string("our attention does not read a cache of ") + ggml_type_name(k->type) + " K, " +
+                   ggml_type_name(v->type) + " V with heads of " + std::to_string(hp_.n_embd_head);
+        }
+        return "";
+    };
+    AttentionPlan plan;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        plan.backbone_layers.push_back(reason(il, placement.backbone_layers[il]));
+        if (has_river()) {
+            plan.river_layers.push_back(reason(il, placement.river_layers[il]));
+        }
+    }
+    return plan;
+}
+
+void Engine::place(const Placement & placement) {
+    if (placed()) {
+        throw Error("the model is already placed on its devices");
+    }
+    check_placement(placement);
+    check_cache_types(placement_device(placement.kv_cache) == nullptr, attention_plan(placement));
     // the devices named, in the order of the scheduler's preference: offloading
     // devices before the CPU
     std::vector<std::string> names = placement.backbone_layers;
@@ -277,10 +319,11 @@ void Engine::place(const Placement & placement) {
     std::vector<ggml_backend_t> backends = device_backends_;
     backends.push_back(cpu_backend_);
     graphs_ = std::make_unique<GraphCache>(backends, k_max_kept_graphs);
+    attention_ = attention_plan(placement);
     placement_ = placement;
 }
 
-void Engine::check_cache_types(bool host_cache) const {
+void Engine::check_cache_types(bool host_cache, const AttentionPlan & plan) const {
     const auto name = [](const char * option, ggml_type type) {
         return option + std::string("=") + ggml_type_name(type);
     };
@@ -291,11 +334,19 @@ void Engine::check_cache_types(bool host_cache) const {
                         "device stays F16");
         }
     }
-    if (!KvCache::v_transposed(type_v_) &&
-        !(params_.own_attention && own_attention_reads(type_k_, type_v_, hp_.n_embd_head))) {
-        throw Error(name("type_v", type_v_) +
-                    " needs river-cpp's own attention (own_attention=True): ggml's attention here reads V as F16 "
-                    "only");
+    if (KvCache::v_transposed(type_v_)) {
+        return;
+    }
+    // a V stored by rows is read by our attention only: every layer must take it
+    for (const auto * layers : {&plan.backbone_layers, &plan.river_layers}) {
+        for (size_t il = 0; il < layers->size(); ++il) {
+            if (!(*layers)[il].empty()) {
+                throw Error(name("type_v", type_v_) +
+                            " needs river-cpp's own attention in every layer (own_attention=True, the layers on the "
+                            "CPU): layer " +
+                            std::to_string(il) + " takes ggml's, which reads V as F16 only (" + (*layers)[il] + ")");
+            }
+        }
     }
 }
 
@@ -424,10 +475,6 @@ void Engine::forward(const int32_t * ids, int64_t n_ids, bool last_only, const E
     try {
         for (int64_t start = 0, n = 0; start < n_ids; start += n) {
             n = std::min(params_.n_batch, n_ids - start);
-            const int64_t rest = n_ids - start - n;
-            if (prompt && rest > 0 && rest < min_prompt_batch && n - (min_prompt_batch - rest) >= min_prompt_batch) {
-                n -= min_prompt_batch - rest;   // see min_prompt_batch
-            }
             const bool is_last = start + n == n_ids;
             float * out = nullptr;
             if (!last_only) {
@@ -550,8 +597,13 @@ int64_t Engine::forward_batch(const BatchData & batch, const ExitConfig * exit) 
 }
 
 const LayerWeights & Engine::layer_weights(int64_t il, const Segment & seg) const {
-    const bool on_river = il >= seg.exit_depth && il < hp_.n_layer - seg.exit.tail_layers;
-    return on_river ? river_.layers[il] : backbone_.layers[il];
+    return on_river(il, seg.exit_depth, seg.exit, hp_.n_layer) ? river_.layers[il] : backbone_.layers[il];
+}
+
+bool Engine::own_attention_in(int64_t il, const Segment & seg) const {
+    const std::vector<std::string> & reasons =
+        on_river(il, seg.exit_depth, seg.exit, hp_.n_layer) ? attention_.river_layers : attention_.backbone_layers;
+    return reasons[il].empty();
 }
 
 ggml_tensor * Engine::head_weights(ggml_context * ctx, const Segment & seg) const {
@@ -663,7 +715,6 @@ void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_conte
     OwnInputs own_inputs;
     g.own = &own_;
     g.own_inputs = &own_inputs;
-    g.own_attention = params_.own_attention;
 
     // [n_embd, n_tokens]
     ggml_tensor * inpL = nullptr;
@@ -680,6 +731,7 @@ void Engine::build_segment(const Segment & seg, const GraphKey & key, ggml_conte
     ggml_tensor * block_input = inpL;
     for (int64_t il = seg.first_layer; il < seg.end_layer; ++il) {
         block_input = inpL;
+        g.own_attention = own_attention_in(il, seg);
         inpL = build_layer(g, layer_weights(il, seg), il, inpL);
     }
 

@@ -47,7 +47,8 @@ struct EngineParams {
     // it (see ExactMode), in batches of at most exact_rows tokens that are not a
     // prompt: decode steps and verifies (up to 64 forced tokens, the last one and 64
     // drafted). Prompts, which every decoding prefills alike, and longer batches take
-    // ggml's fastest kernels.
+    // ggml's fastest kernels. Layers that take our own attention need it for none of
+    // their attention (its rows are those bits in any batch); ggml's takes exact_mul_mat.
     ExactMode exact = ExactMode::on;
     int64_t exact_rows = 129;
     // The weight types (ggml names) whose host matrices take our own batch-invariant
@@ -55,16 +56,23 @@ struct EngineParams {
     // this CPU runs); the caller decides which passed their probe here (none by default).
     std::vector<std::string> own_types;
     std::string own_kernels = "auto";
-    // Attention over a cache in host memory by our own batch-invariant op
-    // (own_attention.h); false: ggml's (a prompt's row then differs in the last bits
-    // from the step that computes it alone). A cache on a device always takes ggml's.
-    // Off by default until its long-prompt speed is measured.
-    bool own_attention = false;
+    // Attention by our own batch-invariant op (own_attention.h) in every layer that
+    // computes on the CPU over a cache in host memory (Engine::attention_plan); false:
+    // ggml's products and softmax everywhere, whose prompt rows differ in the last bits
+    // from the steps that compute them alone and by where the prompt was cut.
+    bool own_attention = true;
     // The types the KV cache stores K and V in (kv_cache_type: "f16" or "q8_0"). A
     // quantized V is stored by rows, which only our own attention reads: it needs
-    // own_attention and the cache in host memory.
+    // own_attention, the cache in host memory and every layer on the CPU.
     std::string type_k = "f16";
     std::string type_v = "f16";
+};
+
+// Per layer of each weight set, why it attends by ggml's products and softmax instead
+// of our own attention; an empty reason: by ours.
+struct AttentionPlan {
+    std::vector<std::string> backbone_layers;
+    std::vector<std::string> river_layers;   // empty without a river
 };
 
 // Where time goes per graph: building and allocating it vs computing it.
@@ -149,6 +157,13 @@ public:
     // Of those, how many each extra buffer type holds, by its name.
     const std::map<std::string, size_t> & repacked_by_buffer_type() const { return repacked_.counts(); }
     PlacementSizes placement_sizes() const;
+    // Which attention each layer would take under `placement` (as place() takes it):
+    // ours where own_attention is on, the cache is in host memory, the layer computes
+    // on the CPU and our op reads the cache's types and head size; ggml's elsewhere
+    // (GPU, Vulkan and RPC devices), with the reason.
+    AttentionPlan attention_plan(const Placement & placement) const;
+    // The plan place() applied.
+    const AttentionPlan & attention() const { return attention_; }
     // Bytes of weights (and the cache) per device name, after place().
     std::map<std::string, size_t> placed_bytes() const;
     // Throws when the backbone or river file changed on disk since it was mapped
@@ -161,13 +176,6 @@ public:
     // Throws unless `exit` fits this model (a threshold per layer, tail and vocabulary
     // in range); forward runs it on the configuration it is given.
     void check_exit(const ExitConfig & exit) const;
-
-    // A prompt's rows are computed alike in every batch of at least this many rows, but
-    // ggml multiplies a batch of one row by the cache (attention) in another order: so
-    // a prompt of several tokens never runs a batch of one row (the last batch of a long
-    // one takes two), and callers that cut prompts or reuse a cached prefix keep to that
-    // too (river_cpp.engine), so that where a prompt is cut never changes its bits.
-    static constexpr int64_t min_prompt_batch = 2;
 
     // Appends `ids` to the sequence. Writes float32 logits to `logits`: one row of
     // n_vocab per position, or only the last position's row when last_only. Tokens
@@ -263,7 +271,7 @@ private:
     void check_devices() const;
     // Throws unless the cache's types can be read where it is placed (host_cache: in
     // host memory) by the attention the engine runs.
-    void check_cache_types(bool host_cache) const;
+    void check_cache_types(bool host_cache, const AttentionPlan & plan) const;
     // Under `exit` (nullptr: the full backbone), the depth at or after which exiting would
     // run no river layer at all; 0 where no batch leaves the backbone.
     int64_t river_depth_limit(const ExitConfig * exit) const;
@@ -289,6 +297,10 @@ private:
     // The residual stream carried between segments: [n_embd, n_tokens]
     ggml_tensor * state_view(ggml_context * ctx, int64_t n_tokens) const;
     const LayerWeights & layer_weights(int64_t il, const Segment & seg) const;
+    // Whether layer il of a segment attends by our own op (attention_).
+    bool own_attention_in(int64_t il, const Segment & seg) const;
+    // Throws unless `placement` names a device per layer of each weight set.
+    void check_placement(const Placement & placement) const;
     // The LM head a segment that ends the batch scores with, and how many token ids.
     ggml_tensor * head_weights(ggml_context * ctx, const Segment & seg) const;
     int64_t head_vocab(const Segment & seg) const;
@@ -311,6 +323,7 @@ private:
     ggml_backend_t cpu_backend_ = nullptr;
     ggml_threadpool_t threadpool_ = nullptr;
     Placement placement_;
+    AttentionPlan attention_;
     std::unique_ptr<DeviceWeights> device_weights_;
     OwnMatrices own_;
     RepackedTensors repacked_;

@@ -71,8 +71,9 @@ ggml_tensor * build_post_norm(const GraphContext & g, ggml_tensor * cur, ggml_te
 constexpr float k_unit_scale = 1.0f;
 
 // One sequence's rows attending over its cells, as a batch of those rows alone would: by
-// our own attention where the cache is in host memory (each row in one order of its own,
-// in any batch), else by ggml's products and softmax.
+// our own attention where the engine chose it for this layer (each row in one order of
+// its own, in any batch), else by ggml's products and softmax (exact_mul_mat's where the
+// sequence's rows are exact).
 // Qcur: [head, n_head, n_tokens of the sequence], rotated (and scaled, with kq_scale 1);
 // kq_scale outlives the graph -> [n_embd_q, n_tokens of the sequence]
 ggml_tensor * attend(const GraphContext & g, int64_t il, const SeqAttention & seq, ggml_tensor * Qcur,

@@ -20,7 +20,7 @@ struct SeqAttention {
     int64_t first_row = 0;    // its first row in the batch
     int64_t n_tokens = 0;
     int64_t n_kv = 0;         // the sequence's cells attention reads, padded
-    bool exact = false;       // attention's products by the cache as one-token steps compute them
+    bool exact = false;       // ggml attention's products by the cache as one-token steps compute them
     ggml_tensor * kq_mask = nullptr;      // F32 [n_kv, n_tokens], 0 or -inf (causal, and the padding)
     ggml_tensor * kq_mask_swa = nullptr;  // the same within the sliding window; nullptr without one
 };
@@ -57,8 +57,9 @@ struct GraphContext {
     // them; nullptr: none.
     const OwnMatrices * own = nullptr;
     OwnInputs * own_inputs = nullptr;  // this graph's quantized inputs; set with `own`
-    // Attention over a cache in host memory by our own op (own_attention.h), whose rows
-    // are the same bits in any batch; false: ggml's products and softmax.
+    // The layer being built attends by our own op (own_attention.h), whose rows are the
+    // same bits in any batch (the engine's choice per layer: Engine::attention_plan);
+    // false: by ggml's products and softmax.
     bool own_attention = false;
 };
 

@@ -209,6 +209,16 @@ class RiverModel:
         note = backbone.extra_bufts_note
         return "host buffer types: llama.cpp's own" + (f" ({note})" if note else "")
 
+    @property
+    def attention(self) -> str:
+        """Which attention the model's layers run, and why ggml's where it runs: on the
+        graph backbone river-cpp's own (batch-invariant) in every layer on the CPU over a
+        cache in host memory, unless own_attention=False; llama.cpp's on its backbone."""
+        backbone = self.backbone
+        if isinstance(backbone, GraphBackbone):
+            return backbone.describe_attention()
+        return backbone.attention
+
     # ---------------------------------------------------------------- sizes
 
     @property

@@ -26,6 +26,7 @@ from river_cpp.apps.demo import demo_backbone_path, demo_model_path
 from river_cpp.engine import _core
 from river_cpp.engine.files.backbones import f16_backbone_path
 from river_cpp.engine.files.cache import models_dir
+from river_cpp.engine.probes.own_products import own_products
 
 # ---------------------------------------------------------------- the Vulkan device
 #
@@ -363,6 +364,19 @@ def tiny_llama_h32(make_tiny_gguf) -> Path:
     """2 layers, 4 heads of 32 (2 KV heads: q8_0 blocks of a KV cache tile a head), Q8_0
     matrices (our own products take them, so a prompt's rows are batch-invariant too)."""
     return make_tiny_gguf("tiny_llama_h32", head_dim=32, dtype="q8_0", seed=4)
+
+
+@pytest.fixture(scope="session")
+def q8_llama(make_tiny_gguf) -> Path:
+    """3 layers of Q8_0 matrices (token embedding and tied head included), 8 query heads
+    of 16 over one KV head: a type our own products cover, so that its rows are
+    batch-invariant, and a shape where ggml's attention gives a prompt row computed alone
+    (a batch of one row) other bits than in a longer batch, as on real models."""
+    if "q8_0" not in own_products().types:
+        pytest.skip(
+            f"our own products do not multiply Q8_0 here ({own_products().reason}): rows are not batch-invariant"
+        )
+    return make_tiny_gguf("tiny_llama_q8", n_layer=3, n_embd=128, n_head=8, n_head_kv=1, n_ff=256, dtype="q8_0", seed=4)
 
 
 @pytest.fixture(scope="session")

@@ -53,11 +53,12 @@ def test_a_sequence_another_scope_filled_is_forgotten(tiny_llama, n_seq_max):
                 for _ in range(n_seq_max):
                     cached.append(model.generate(DOC_A + [11, 12], max_tokens=2, speculative=False).cached_tokens)
     per_scope = cached[::n_seq_max]
-    assert per_scope[0] == 0 and per_scope[1] == len(DOC_A)  # "a" reuses what "a" left (all but two rows)
+    n_reused = len(DOC_A) + 1  # all but the last row, which runs to give the prompt's logits
+    assert per_scope[0] == 0 and per_scope[1] == n_reused  # "a" reuses what "a" left
     assert per_scope[2] == 0 and per_scope[3] > 0  # "b" does not; then its own
     # "a" again: with one sequence "b" refilled it; with two, "b" kept to the one it had
     # emptied, and "a"'s own is still there
-    assert per_scope[4] == (0 if n_seq_max == 1 else len(DOC_A))
+    assert per_scope[4] == (0 if n_seq_max == 1 else n_reused)
 
 
 def test_a_disk_cached_prefix_after_a_restart_and_a_damaged_file(tiny_llama, tmp_path, caplog):

@@ -18,8 +18,8 @@ import numpy as np
 # Each engine: the environment its process runs in, and RiverModel's load options.
 ENGINES = {
     "ours": ({"RIVER_CPP_OWN_PRODUCTS": "auto"}, {}),
-    "ours, own attention": ({"RIVER_CPP_OWN_PRODUCTS": "auto"}, {"own_attention": True}),
-    "ours, ggml's kernels": ({"RIVER_CPP_OWN_PRODUCTS": "none"}, {}),
+    "ours, ggml's attention": ({"RIVER_CPP_OWN_PRODUCTS": "auto"}, {"own_attention": False}),
+    "ours, ggml's kernels": ({"RIVER_CPP_OWN_PRODUCTS": "none"}, {"own_attention": False}),
     "llama-cpp-python": ({}, {}),
 }
 VERIFY_SIZES = (1, 4, 8)

@@ -16,7 +16,8 @@ from river_cpp.model import RiverModel
 
 from river_bench.prompts import prompt_set
 
-ENGINES = {"ours": "auto", "ours, ggml's kernels": "none"}
+# Per engine: RIVER_CPP_OWN_PRODUCTS and own_attention (the control: ggml's kernels and attention).
+ENGINES = {"ours": ("auto", True), "ours, ggml's kernels": ("none", False)}
 
 
 def parting(reference: Sequence[int], answer: Sequence[int]) -> Optional[int]:
@@ -32,9 +33,11 @@ def run(model_path: str, prompts: Mapping[str, int], n_tokens: int, n_threads: i
     gap (llama.cpp's logit of its token minus that of ours, in llama.cpp's logits there)."""
     reference = LlamaCppPeer(Path(model_path), n_ctx=4096, n_threads=n_threads)
     engines = {}
-    for name, own in ENGINES.items():
+    for name, (own, own_attention) in ENGINES.items():
         os.environ["RIVER_CPP_OWN_PRODUCTS"] = own  # read when the backbone loads
-        engines[name] = RiverModel(model_path, river=None, n_ctx=4096, n_threads=n_threads, progress=False)
+        engines[name] = RiverModel(
+            model_path, river=None, n_ctx=4096, n_threads=n_threads, progress=False, own_attention=own_attention
+        )
     os.environ.pop("RIVER_CPP_OWN_PRODUCTS")
     results: dict[str, dict] = {name: {"identical": 0, "answers": 0, "partings": []} for name in engines}
     ours = engines["ours"]

@@ -1,6 +1,6 @@
 """What river-cpp runs on, for users and bug reports (`river-cpp info`): versions, ggml's
 backends and devices, the CPU, its default threads and their wait policy, its extra
-buffer types, our own products' kernels, RPC, the cache folder.
+buffer types, our own products' and attention's kernels, RPC, the cache folder.
 
 Asks no RPC server (a server that went away would abort the process) and loads no model.
 """
@@ -25,7 +25,8 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
     "os_amx_flags" [...]}, "threads" {"default", "reason", "wait_policy" {"settings",
     "source", "description"}}, "extra_buffer_types" {"mode", "available", "allowed",
     "verdicts" {name: {"usable", "reason"}}}, "own_products" {"mode", "kernels", "types",
-    "reason", "kernels_here"}, "rpc" bool, "cache" {"path", "bytes"}}.
+    "reason", "kernels_here"}, "own_attention" {"kernels_here"}, "rpc" bool, "cache"
+    {"path", "bytes"}}.
 
     reprobe: probe the CPU's extra buffer types and our own products' kernels again
     instead of reading the cache.
@@ -79,6 +80,7 @@ def system_info(*, reprobe: bool = False) -> dict[str, Any]:
             "reason": own.reason,
             "kernels_here": _core.own_kernels(),
         },
+        "own_attention": {"kernels_here": _core.own_attention_kernels()},
         "rpc": _core.has_rpc(),
         "cache": {"path": str(cache), "bytes": folder_bytes(cache)},
     }
@@ -154,6 +156,10 @@ def format_system_info(info: Mapping[str, Any]) -> str:
         f"own products       {', '.join(own['types']) or 'none'}"
         + (f" on {own['kernels']}" if own["kernels"] else "")
         + f" ({own['reason']}; kernels here: {', '.join(own['kernels_here'])})"
+    )
+    lines.append(
+        "own attention      on the CPU over a host cache, by default (kernels here: "
+        f"{', '.join(info['own_attention']['kernels_here'])}); layers on a device keep ggml's"
     )
     cache = info["cache"]
     lines.append(f"cache              {cache['path']} ({_size(cache['bytes'])})")

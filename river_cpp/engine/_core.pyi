@@ -143,10 +143,6 @@ class ExitConfig:
     @property
     def exit_vocab(self) -> int: ...
 
-# A prompt's rows are computed alike in any batch of at least this many rows (one row
-# alone takes another order): prompts are never cut into smaller pieces.
-MIN_PROMPT_BATCH: int
-
 class Engine:
     def __init__(
         self,
@@ -162,15 +158,17 @@ class Engine:
         own_types: Sequence[str] = (),
         own_kernels: str = "auto",
         n_seq: int = 1,
-        own_attention: bool = False,
+        own_attention: bool = True,
         type_k: str = "f16",
         type_v: str = "f16",
     ) -> None:
         """n_seq: sequences the KV cache holds, n_ctx positions each.
-        own_attention: attention over a host cache by our own batch-invariant op.
+        own_attention: our own batch-invariant attention in every layer that computes
+        on the CPU over a cache in host memory (see attention_plan); False: ggml's
+        attention everywhere.
         type_k, type_v: the types the KV cache stores K and V in, "f16" or "q8_0"
         (RiverError for others, or where q8_0 blocks do not tile a head); a q8_0 V
-        needs own_attention, and a q8_0 cache the host (place() says so).
+        needs our attention in every layer, and a q8_0 cache the host (place() says so).
         cpu_extra_bufts: the CPU extra buffer types (by name) host matrices may be
         repacked into (none by default); RiverError for a name this ggml lacks.
         own_types: the weight types ("q4_K", ...) whose host matrices take our own
@@ -180,7 +178,8 @@ class Engine:
         exact: in batches of at most exact_rows tokens that are not a prompt (see
         forward), each row as a one-token step computes it, bit for bit: "on" (except
         products by F32/F16/BF16 and by repacked matrices), "bitwise" (all: the
-        backbone is not repacked) or "off" (ggml's kernels by batch size)."""
+        backbone is not repacked) or "off" (ggml's kernels by batch size). Attention
+        needs none of it where ours takes the layer: its rows are those bits in any batch."""
     def forward(
         self,
         ids: npt.ArrayLike,
@@ -226,6 +225,21 @@ class Engine:
     ) -> None:
         """Put weights and cache on the named devices ("CPU": the host), once, after
         load_river and before the first forward (which otherwise places all on the host)."""
+    def attention_plan(
+        self,
+        backbone_layers: Sequence[str],
+        river_layers: Sequence[str],
+        backbone_head: str,
+        river_head: str,
+        kv_cache: str,
+    ) -> dict[str, list[str]]:
+        """Which attention each layer would take under this placement (place()'s
+        arguments): {"backbone_layers": [...], "river_layers": [...]}, per layer why
+        ggml's attention takes it ("" where our own does): own_attention off, the cache
+        or the layer on a device, or a cache our op does not read."""
+    @property
+    def attention(self) -> dict[str, list[str]]:
+        """attention_plan of the placement place() applied (empty lists before)."""
     @property
     def placed(self) -> bool: ...
     @property

@@ -150,7 +150,13 @@ def op_table(
 
 
 def _engine(
-    path: Union[str, Path], n_ctx: int, n_threads: int, extra_bufts: Sequence[str], exact: str, own: OwnProducts
+    path: Union[str, Path],
+    n_ctx: int,
+    n_threads: int,
+    extra_bufts: Sequence[str],
+    exact: str,
+    own: OwnProducts,
+    own_attention: bool,
 ):
     """An engine on the file at `path` as the forward and thread checks measure it."""
     from river_cpp.engine import _core
@@ -162,6 +168,7 @@ def _engine(
         n_threads=n_threads,
         cpu_extra_bufts=list(extra_bufts),
         exact=exact,
+        own_attention=own_attention,
         **own.engine_arguments(),
     )
 
@@ -208,15 +215,18 @@ def forward_check(
     exact: str = "on",
     n_ctx: int = 2048,
     own: OwnProducts = NONE,
+    own_attention: bool = True,
 ) -> ForwardCheck:
     """The forward measurement on the file at `path` (see the module's docstring), on
-    an engine with `extra_bufts`, `exact` ("on", "bitwise" or "off") and our own products
-    `own` (river_cpp.engine.probes.own_products; NONE: ggml's kernels)."""
+    an engine with `extra_bufts`, `exact` ("on", "bitwise" or "off"), our own products
+    `own` (river_cpp.engine.probes.own_products; NONE: ggml's kernels) and our own attention
+    (one node, `kqv_out`) unless own_attention is False (ggml's: `kq`, `kq_soft_max`,
+    `kqv`, then `kqv_out`)."""
     from river_cpp.engine import _core
     from river_cpp.engine.compute.tokenizer import Tokenizer
     from river_cpp.engine.files.gguf_info import GgufInfo
 
-    engine = _engine(path, n_ctx, n_threads, extra_bufts, exact, own)
+    engine = _engine(path, n_ctx, n_threads, extra_bufts, exact, own, own_attention)
     info = GgufInfo.read(path)
     weight_type = {}
     for tensor in info.tensors:
@@ -281,16 +291,18 @@ def threads_check(
     extra_bufts: Sequence[str] = (),
     exact: str = "on",
     own: OwnProducts = NONE,
+    own_attention: bool = True,
 ) -> dict[int, float]:
     """Whether logits depend on the thread count: the prompt's last position, k plain
-    steps and a k-row forward from `depth`, on engines of each count; n_threads -> the
-    largest |difference| from the first count's logits (0: bit-identical)."""
+    steps and a k-row forward from `depth`, on engines of each count (our own attention
+    unless own_attention is False); n_threads -> the largest |difference| from the first
+    count's logits (0: bit-identical)."""
     from river_cpp.engine.compute.tokenizer import Tokenizer
 
     ids = text_tokens(Tokenizer(str(path)), depth + k)
     results = {}
     for n_threads in thread_counts:
-        engine = _engine(path, 2048, n_threads, extra_bufts, exact, own)
+        engine = _engine(path, 2048, n_threads, extra_bufts, exact, own, own_attention)
         rows = [engine.forward(ids[:depth], True)]
         rows += [engine.forward(ids[depth + i : depth + i + 1], True) for i in range(k)]
         engine.rewind(depth)

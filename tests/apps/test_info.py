@@ -32,6 +32,7 @@ def test_system_info_reports_this_installation(river_cache):
     assert info["devices"][-1]["type"] == "cpu"
     assert all(0 <= d["memory_free"] <= d["memory_total"] for d in info["devices"] if d["memory_total"])
     assert info["rpc"] == _core.has_rpc()
+    assert info["own_attention"] == {"kernels_here": _core.own_attention_kernels()}
     assert info["cache"] == {"path": str(river_cache), "bytes": folder_bytes(river_cache)}
     assert info["cache"]["bytes"] >= 1000
     extra = info["extra_buffer_types"]
@@ -62,6 +63,7 @@ def test_info_command_prints_every_part(capsys):
     ):
         assert text in out
     assert f"threads            {default_n_threads()} by default" in out
+    assert "own attention      on the CPU over a host cache, by default (kernels here: baseline" in out
     assert ("RPC                built in" in out) == info["rpc"]
 
 

@@ -181,9 +181,11 @@ def assert_same_tokens(host: RiverModel, ids: list[int], expected: list[int], go
 @pytest.mark.parametrize("n_gpu_layers", [-1, 2])
 @pytest.mark.slow
 def test_placement_computes_what_the_host_computes(tiny_llama4, device, n_gpu_layers):
-    """Whole-model offload and a split, on F16: the backbone and the river routes."""
+    """Whole-model offload and a split, on F16: the backbone and the river routes. The
+    cache goes to the device first, so every layer keeps ggml's attention there."""
     with (
-        RiverModel(tiny_llama4, river="q4_0", n_ctx=256, n_gpu_layers=0) as host,
+        # the host computes the attention the device does: ggml's (ours would move the last bits)
+        RiverModel(tiny_llama4, river="q4_0", n_ctx=256, n_gpu_layers=0, own_attention=False) as host,
         RiverModel(tiny_llama4, river="q4_0", n_ctx=256, n_gpu_layers=n_gpu_layers, **device.options) as remote,
     ):
         placement = remote.placement
@@ -194,6 +196,7 @@ def test_placement_computes_what_the_host_computes(tiny_llama4, device, n_gpu_la
         assert placement.backbone_head == (name if n_gpu_layers == -1 else HOST)
         assert remote.engine.placement["backbone_layers"] == list(expected_backbone)
         assert host.placement.devices == []
+        assert remote.attention == f"ggml's in every layer (the KV cache is on {name})"
 
         ids = host.tokenize(PROMPT)
         for route, atol in (("backbone", device.logit_atol), ("decode", device.river_atol)):

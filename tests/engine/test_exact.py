@@ -120,12 +120,18 @@ def test_unknown_exact_mode_is_refused(tiny_files):
 # ---------------------------------------------------------------- the measure module
 
 
-def test_forward_check_finds_identity_and_names_the_nodes(tiny_files):
-    check = forward_check(tiny_files["q8_0"], depths=(30,), ks=(2, 5), n_threads=2, exact="on")
+@pytest.mark.parametrize("own_attention, attention_nodes", [(True, set()), (False, {"kq", "kq_soft_max", "kqv"})])
+def test_forward_check_finds_identity_and_names_the_nodes(tiny_files, own_attention, attention_nodes):
+    """Verify rows equal steps with our own attention (its batched op) and with ggml's
+    (exact_mul_mat's products by the cache); the check names each one's nodes."""
+    check = forward_check(
+        tiny_files["q8_0"], depths=(30,), ks=(2, 5), n_threads=2, exact="on", own_attention=own_attention
+    )
     assert check.rows == 2 + 5 and check.identical_rows == check.rows
     assert check.logits == {2: 0.0, 5: 0.0}
     nodes = {row.node for row in check.nodes}
-    assert {"attn_norm", "wq", "kq", "kq_soft_max", "kqv", "ffn_gate", "result_output"} <= nodes
+    assert {"attn_norm", "wq", "kqv_out", "ffn_gate", "result_output"} | attention_nodes <= nodes
+    assert not ({"kq", "kq_soft_max", "kqv"} - attention_nodes) & nodes  # ours is one op: kqv_out
     assert all(row.first == 0 for row in check.nodes)
 
 

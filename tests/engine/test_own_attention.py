@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from river_cpp.engine import _core
+from river_cpp.engine.compute.placement import describe_attention
 from river_cpp.engine.probes.own_products import own_products
 
 N_CTX = 512
@@ -230,6 +231,17 @@ def test_every_cut_of_a_prompt_gives_the_same_bits(demo_model):
     assert_cuts_alike(make_engine(demo_model), prompt_ids())
 
 
+def test_prompt_rows_equal_steps_in_chunks_of_every_size(q8_llama):
+    """A tiny Q8_0 llama (our own products, 8 query heads over one KV head): 64 tokens as
+    a prompt whole, in chunks of every size from 1 to 64, and one step at a time, every
+    position the same bits."""
+    engine = make_engine(q8_llama)
+    ids = prompt_ids()
+    steps = logits_in_pieces(engine, ids, [1], prompt=False)
+    for size in range(1, N_TOKENS + 1):
+        assert differing_positions(logits_in_pieces(engine, ids, [size], prompt=True), steps) == [], size
+
+
 @pytest.mark.real_model
 def test_ggml_attention_differs_by_cut(demo_model):
     """The check above can fail: with ggml's attention a prompt's rows differ from steps."""
@@ -290,14 +302,55 @@ def test_agrees_with_ggml_attention(demo_backbone):
     assert greedy[0] == greedy[1]
 
 
-@pytest.mark.parametrize("own_attention", [True, False])
+@pytest.mark.parametrize("own_attention", [None, True, False])
 def test_the_model_takes_the_attention_it_is_given(tiny_llama, own_attention):
-    """RiverModel(own_attention=...) reaches the engine: its prompt logits are our
-    attention's bits with it, and not without."""
+    """RiverModel(own_attention=...) reaches the engine, ours by default: its prompt
+    logits are our attention's bits with it, and not without; `attention` says which."""
     from river_cpp import RiverModel
 
     ids = prompt_ids(24)
     ours = make_engine(tiny_llama).forward(ids, False, None, True)
-    with RiverModel(tiny_llama, river=None, n_ctx=N_CTX, n_threads=2, own_attention=own_attention) as model:
+    options = {} if own_attention is None else {"own_attention": own_attention}
+    with RiverModel(tiny_llama, river=None, n_ctx=N_CTX, n_threads=2, **options) as model:
         got = np.asarray(model.forward(ids))
-    assert (differing_positions(got, ours) == []) == own_attention
+        described = model.attention
+    takes_ours = own_attention is not False
+    assert (differing_positions(got, ours) == []) == takes_ours
+    if takes_ours:
+        assert described.startswith("river-cpp's own in every layer")
+    else:
+        assert described == "ggml's in every layer (own_attention is off)"
+
+
+def test_a_layer_or_cache_on_a_device_keeps_ggml_attention(tiny_llama):
+    """The plan per layer: ours on the CPU over a host cache; ggml's, with why, for a
+    layer on a device or a cache there (names only: nothing is placed)."""
+    engine = make_engine(tiny_llama)
+    host = dict(backbone_layers=["CPU", "CPU"], river_layers=[], backbone_head="CPU", river_head="CPU")
+    assert engine.attention_plan(**host, kv_cache="CPU") == {"backbone_layers": ["", ""], "river_layers": []}
+    assert engine.attention_plan(**host, kv_cache="Vulkan0")["backbone_layers"] == [
+        "the KV cache is on Vulkan0",
+        "the KV cache is on Vulkan0",
+    ]
+    split = dict(host, backbone_layers=["RPC0[127.0.0.1:50052]", "CPU"])
+    assert engine.attention_plan(**split, kv_cache="CPU")["backbone_layers"] == [
+        "the layer computes on RPC0[127.0.0.1:50052]",
+        "",
+    ]
+    assert describe_attention(engine.attention_plan(**split, kv_cache="CPU")) == (
+        "backbone layers 0 ggml's (the layer computes on RPC0[127.0.0.1:50052]), 1 river-cpp's own"
+    )
+    with pytest.raises(_core.RiverError, match="a device for each of the 2 layers"):
+        engine.attention_plan(**dict(host, backbone_layers=["CPU"]), kv_cache="CPU")
+    assert engine.attention == {"backbone_layers": [], "river_layers": []}  # not placed yet
+    engine.forward(prompt_ids(3), True)  # places everything on the host
+    assert engine.attention == {"backbone_layers": ["", ""], "river_layers": []}
+
+
+def test_a_head_size_our_op_does_not_read_keeps_ggml_attention(make_tiny_gguf):
+    """Heads of 12 (not a multiple of 8): ggml's attention, which says so; the model runs."""
+    path = make_tiny_gguf("tiny_llama_head12", n_layer=1, n_embd=48, n_head=4, n_head_kv=2, seed=7)
+    engine = make_engine(path)
+    engine.forward(prompt_ids(5), True)
+    reason = "our attention does not read a cache of f16 K, f16 V with heads of 12"
+    assert engine.attention["backbone_layers"] == [reason]

@@ -33,6 +33,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-k", type=int, default=9, metavar="K", help="largest batch compared (9)")
     p.add_argument("--no-ops", action="store_true", help="skip the per-product measurement")
     p.add_argument(
+        "--ggml-attention",
+        action="store_true",
+        help="the forward checks attend by ggml's attention (own_attention=False) instead of river-cpp's own",
+    )
+    p.add_argument(
         "--thread-counts",
         default="",
         metavar="N,...",
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     own = own_products()
     print(f"threads {args.threads}; extra buffer types allowed: {', '.join(bufts.allowed) or 'none'}")
     print(f"own products: {', '.join(own.types) or 'none'} ({own.reason})")
+    print("attention: " + ("ggml's (--ggml-attention)" if args.ggml_attention else "river-cpp's own"))
     if not args.no_ops:
         print("\n## Products: a row of a k-column batch against the same column alone, largest |difference|\n")
         table = op_table(args.model, ks=ks, n_threads=args.threads, buffer_types=bufts.allowed, own_kernels=own.kernels)
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             extra_bufts=bufts.allowed,
             exact=mode,
             own=own,
+            own_attention=not args.ggml_attention,
         )
         print(format_forward(check))
         if args.thread_counts:
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
                 extra_bufts=bufts.allowed,
                 exact=mode,
                 own=own,
+                own_attention=not args.ggml_attention,
             )
             print("\nlargest |logit difference| from", counts[0], "threads:", diffs)
     return 0

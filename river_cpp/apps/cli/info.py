@@ -68,9 +68,17 @@ def run(args: argparse.Namespace) -> int:
             from river_cpp.engine import _core
 
             info["backbone"]["kv_bytes_per_sequence"] = _core.kv_cache_bytes(args.model, KV_SHOWN_N_CTX)
-        else:
-            from river_cpp.engine.compute.llama_backbone import probe_llama_cpp
+            from river_cpp.engine.compute.graph_backbone import planned_attention
+            from river_cpp.engine.compute.load_options import LoadOptions
+            from river_cpp.engine.compute.placement import describe_attention
 
+            # as the default load on this machine's devices would run it
+            plan = planned_attention(args.model, LoadOptions(n_ctx=KV_SHOWN_N_CTX, n_threads=1))
+            info["backbone"]["attention"] = {"plan": plan, "description": describe_attention(plan)}
+        else:
+            from river_cpp.engine.compute.llama_backbone import LlamaCppBackbone, probe_llama_cpp
+
+            info["backbone"]["attention"] = {"plan": None, "description": LlamaCppBackbone.attention}
             # raises where llama.cpp does not load the file either, saying so
             info["backbone"]["memory"] = probe_llama_cpp(args.model)
     if args.json:
@@ -81,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.model}\n" + backbone.describe())
             products = info["backbone"]["products"]
             print("matrix products: " + "; ".join(f"{t} x{p['matrices']}: {p['product']}" for t, p in products.items()))
+            if "attention" in info["backbone"]:
+                print(f"attention: {info['backbone']['attention']['description']}")
             if "kv_bytes_per_sequence" in info["backbone"]:
                 mib = info["backbone"]["kv_bytes_per_sequence"] / 2**20
                 print(

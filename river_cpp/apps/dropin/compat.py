@@ -46,7 +46,11 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "tensor_split": (None, "river-cpp places layers itself (n_gpu_layers, main_gpu)"),
     "use_mlock": (False, "river-cpp does not lock model memory"),
     "offload_kqv": (True, "river-cpp places the KV cache itself"),
-    "flash_attn": (False, "river-cpp's attention kernels are its own"),
+    "flash_attn": (
+        False,
+        "river-cpp's own attention (an online softmax over key tiles) runs on the CPU either way; "
+        "RiverModel's own_attention=False asks for ggml's",
+    ),
     "op_offload": (None, "river-cpp places its work itself"),
     "swa_full": (None, "river-cpp sizes its own KV cache"),
     "numa": (False, "river-cpp does no NUMA placement"),

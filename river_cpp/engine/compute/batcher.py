@@ -5,13 +5,14 @@ The scheduler (river_cpp.engine.compute.scheduler) gathers the forward each runn
 asks and hands them here: take_batch picks a batch, run_batch computes it as one
 (`_core.Engine.forward_many`), `deliver` hands each request its rows. A sequence joins
 or leaves between batches. A long prompt is cut into chunks while other sequences
-are in use, so that their tokens keep flowing; alone, it runs whole. No piece of a
-prompt is a single row (_core.MIN_PROMPT_BATCH), so where it is cut never changes it.
+are in use, so that their tokens keep flowing; alone, it runs whole.
 
 Nothing here changes a token: the engine computes each sequence's rows as a forward
-of that sequence alone computes them, so what is batched with what, and where a
-prompt is cut, decide only the speed. Knows nothing of decoding, of threads, or of
-which sequence a generation gets.
+of that sequence alone computes them, and with our own attention (on the CPU) a
+prompt's rows are the same bits wherever it is cut, so what is batched with what, and
+where a prompt is cut, decide only the speed. (With ggml's attention, own_attention
+off or on a device, a prompt's rows may differ in the last bits by where it was cut.)
+Knows nothing of decoding, of threads, or of which sequence a generation gets.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ RunRows = Callable[[Sequence[tuple[int, np.ndarray, bool, bool]], Optional[_core
 
 def check_chunk(chunk: int, n_batch: int) -> int:
     """`chunk` where it may cut prompts in a batch of n_batch rows; ValueError otherwise."""
-    if chunk < 2 * _core.MIN_PROMPT_BATCH or n_batch < chunk:
-        raise ValueError(f"chunk must be in [{2 * _core.MIN_PROMPT_BATCH}, n_batch], got {chunk}")
+    if chunk < 1 or n_batch < chunk:
+        raise ValueError(f"chunk must be in [1, n_batch], got {chunk}")
     return chunk
 
 
@@ -83,10 +84,6 @@ def take_batch(
         left = len(request.ids) - request.done
         if request.prompt:  # a prompt may be cut: in chunks while it shares the batch
             n = min(left, budget, chunk if shared else budget)
-            if n < left:  # no piece of fewer rows than _core.MIN_PROMPT_BATCH, now or later
-                n = min(n, left - _core.MIN_PROMPT_BATCH)
-                if n < _core.MIN_PROMPT_BATCH:
-                    continue
         elif left <= budget:  # a step or a verify goes whole
             n = left
         else:

@@ -23,7 +23,7 @@ from river_cpp.engine.compute.backbone import ROUTES, check_n_past, check_token_
 from river_cpp.engine.compute.batcher import ForwardRequest, deliver
 from river_cpp.engine.compute.context import check_fits
 from river_cpp.engine.compute.load_options import LoadOptions, positive_int
-from river_cpp.engine.compute.placement import Placement, offload_devices, plan_placement
+from river_cpp.engine.compute.placement import Placement, describe_attention, offload_devices, plan_placement
 from river_cpp.engine.compute.policy import ExitPolicy, check_policy
 from river_cpp.engine.compute.tokenizer import Tokenizer
 from river_cpp.engine.files.river import DEFAULT_HEAD_TYPE, RiverSpec, load_cached_river
@@ -54,13 +54,24 @@ def is_river_file(river: str) -> bool:
     return os.path.exists(river) or river.endswith(".gguf")
 
 
-def _leave_a_prompt_batch(ids: Sequence[int], n: int) -> int:
-    """At most `n` cached positions to reuse of `ids`, leaving the prompt's forward at
-    least _core.MIN_PROMPT_BATCH rows: a prompt's rows computed one alone take other bits
-    than in a cold prefill, so a reused prefix could change the answer."""
-    if len(ids) < _core.MIN_PROMPT_BATCH:
-        return n
-    return max(0, min(n, len(ids) - _core.MIN_PROMPT_BATCH))
+def planned_attention(path: str, options: LoadOptions) -> dict[str, list[str]]:
+    """Which attention each layer of the backbone at `path` would run, loaded with
+    `options` (_core.Engine.attention_plan: per layer, why ggml's attention takes it, ""
+    where ours does), its layers placed as GraphBackbone places them (without a river,
+    whose layers would go to a device first). Maps the file; places and computes nothing."""
+    engine = _core.Engine(
+        path,
+        options.n_ctx,
+        DEFAULT_N_BATCH,
+        1,
+        n_seq=options.n_seq_max,
+        own_attention=bool(options.own_attention),
+        type_k=options.type_k,
+        type_v=options.type_v,
+    )
+    devices = offload_devices(options.rpc_servers)
+    placement = plan_placement(engine.placement_sizes(), devices, options.n_gpu_layers, options.main_gpu)
+    return engine.attention_plan(**placement.engine_arguments())
 
 
 def _lose_gone_devices(engine: _core.Engine, remote_devices: Mapping[str, Sequence[str]]) -> list[str]:
@@ -165,6 +176,7 @@ class GraphBackbone:
         if options.verbose:
             print("river-cpp: placement\n" + self.placement.describe(), file=sys.stderr)
             print("river-cpp: " + self.describe_buffer_types(), file=sys.stderr)
+            print("river-cpp: attention: " + self.describe_attention(), file=sys.stderr)
         self.prefill = options.prefill
         self._tail_layers = options.tail_layers
         self._river_head = bool(river_head)
@@ -250,6 +262,16 @@ class GraphBackbone:
         if self._engine is None:
             raise ValueError("this RiverModel is closed")
         return self._engine
+
+    @property
+    def attention(self) -> dict[str, list[str]]:
+        """Per layer of the backbone and the river, why ggml's attention computes it
+        ("" where river-cpp's own does): _core.Engine.attention_plan of this placement."""
+        return self.engine.attention
+
+    def describe_attention(self) -> str:
+        """One line: which attention each layer runs, and why ggml's where it does."""
+        return describe_attention(self.attention)
 
     def describe_buffer_types(self) -> str:
         """Lines for `river-cpp generate -v`: the buffer types holding the host's weights
@@ -414,8 +436,9 @@ class GraphBackbone:
     ) -> int:
         """How many leading `ids` sequence `seq`, or the prompt cache, holds as a cold forward
         of them on `route` under `policy` (None: never exits) computes them, at most
-        len(ids) - 2 (the rest run as one prompt batch of two rows or more: a row run alone
-        would take other bits); a query.
+        len(ids) - 1; a query. With our own attention (own_attention, on the CPU) a prompt
+        continued from them is a cold forward's bits wherever it is cut; with ggml's, its
+        rows may differ in the last bits from a cold prefill's.
 
         Only positions computed by the full backbone qualify, and only when the
         route runs the full backbone (or the policy never exits): a prompt that exits
@@ -426,7 +449,7 @@ class GraphBackbone:
             return 0
         if self.prompt_cache is not None:  # a longer prefix kept from an earlier request
             n = self.prompt_cache.longest(self.sequence(seq), ids, cached=n)
-        return _leave_a_prompt_batch(ids, n)
+        return n
 
     def reuse_prefix(
         self, ids: Sequence[int], *, route: str = "prompt", policy: Optional[ExitPolicy] = None, seq: int = 0
@@ -438,7 +461,6 @@ class GraphBackbone:
             n = 0
         elif self.prompt_cache is not None:
             n = self.prompt_cache.restore(self.sequence(seq), ids, cached=n)
-        n = _leave_a_prompt_batch(ids, n)
         self.rewind(n, seq=seq)
         return n
 

@@ -179,6 +179,8 @@ class LlamaCppBackbone:
     """A GGUF run by llama.cpp's own context, as a river-cpp backbone."""
 
     kind = "llama.cpp"
+    # which attention it runs (RiverModel.attention, `river-cpp info MODEL`)
+    attention = "llama.cpp's (its backbone computes its own attention)"
     # Set by the facade (RiverModel), as on the graph backbone.
     prompt_cache: Optional[PromptCache] = None
     governor: Optional[ThreadGovernor] = None

@@ -97,17 +97,19 @@ class LoadOptions:
         bit (the graph on the CPU): True for quantized matrices in the plain layout and
         attention; "bitwise" also for F32/F16/BF16 matrices, kept out of the CPU's
         repacked layouts (slower); False: ggml's kernels by batch size.
-    own_attention: attention over a KV cache in host memory by river-cpp's own op (the
-        graph backbone), whose every row is the same bits however a prompt is cut or
-        batched, so a turn served from the cache is the cold conversation's; off by
-        default until its long-prompt speed is measured (docs/results.md); a cache on a
-        device always takes ggml's.
+    own_attention: attention by river-cpp's own op (the graph backbone) in every layer
+        that computes on the CPU over a KV cache in host memory: every row is the same
+        bits however a prompt is cut or batched, so a turn served from the cache is the
+        cold conversation's. Layers on a GPU, Vulkan or RPC device, or over a cache
+        there, keep ggml's attention (`model.attention` says which runs where). False:
+        ggml's attention everywhere, whose prompt rows differ in the last bits from the
+        steps that compute them and by where the prompt was cut.
     type_k, type_v: the types the KV cache stores K and V in: "f16" (the default) or
         "q8_0" (blocks of 32 values and one F16 scale: about half the bytes, a small
         loss against F16); llama.cpp's GGML_TYPE numbers (1, 8) are taken too. Every
         path reads the same quantized cache, so own_attention's identities hold with
         it. The graph backbone with the cache in host memory (n_gpu_layers=0 on a
-        machine with a GPU); a quantized V needs own_attention.
+        machine with a GPU); a quantized V needs our attention in every layer.
     adapt_threads: run one thread fewer per CPU that other processes keep busy
         (river_cpp._cpus.ThreadGovernor), so decoding keeps its share of a loaded machine.
     verbose: llama.cpp's and river-cpp's load logs on stderr.
@@ -129,7 +131,7 @@ class LoadOptions:
     rpc_servers: tuple[str, ...] = field(default=())
     reuse_graphs: bool = True
     exact: Union[bool, str] = True
-    own_attention: bool = False
+    own_attention: bool = True
     type_k: Union[str, int, None] = "f16"
     type_v: Union[str, int, None] = "f16"
     adapt_threads: bool = True

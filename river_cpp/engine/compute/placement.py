@@ -90,6 +90,29 @@ def _ranges(names: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
+OWN_ATTENTION = "river-cpp's own"
+
+
+def describe_attention(plan: Mapping[str, Sequence[str]]) -> str:
+    """One line on which attention a model's layers run, from an attention plan
+    (_core.Engine.attention_plan: per layer of each weight set, why ggml's attention
+    takes it, "" where ours does): "river-cpp's own in every layer", or each weight
+    set's layers by attention, with why ggml's."""
+    sets = {name: plan.get(f"{name}_layers", ()) for name in ("backbone", "river")}
+    reasons = {r for layers in sets.values() for r in layers}
+    if len(reasons) == 1:
+        (reason,) = reasons
+        if not reason:
+            return f"{OWN_ATTENTION} in every layer (batch-invariant: a prompt's rows are its steps' bits)"
+        return f"ggml's in every layer ({reason})"
+    parts = []
+    for name, layers in sets.items():
+        if layers:
+            labels = [OWN_ATTENTION if not r else f"ggml's ({r})" for r in layers]
+            parts.append(f"{name} layers {_ranges(labels)}")
+    return "; ".join(parts)
+
+
 def offload_devices(rpc_servers: Iterable[str] = ()) -> list[Device]:
     """The devices a model may offload to: this machine's GPUs and accelerators in
     ggml's order, then the devices of the given RPC servers (not those other models

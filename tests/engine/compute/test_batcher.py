@@ -10,7 +10,6 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from river_cpp.engine import _core
 from river_cpp.engine.compute.batcher import ForwardRequest, check_chunk, deliver, run_batch, take_batch
 
 EXIT_LAYERS = 7  # what the fake engine says each row ran
@@ -123,25 +122,23 @@ def test_a_prompt_is_cut_to_fill_a_batch():
 @pytest.mark.parametrize(
     "budget, pieces",
     [
-        (1, [[1, 2, 3, 4, 5]]),  # one row would fit: the prompt waits, then runs whole
+        (1, [[1], [2, 3, 4, 5]]),
         (2, [[1, 2], [3, 4, 5]]),
-        (3, [[1, 2, 3], [4, 5]]),
-        (4, [[1, 2, 3], [4, 5]]),  # four would fit, but would leave one
+        (4, [[1, 2, 3, 4], [5]]),
     ],
 )
-def test_no_piece_of_a_prompt_is_a_single_row(budget, pieces):
-    """A prompt's row computed in a batch of one takes other bits (_core.MIN_PROMPT_BATCH):
-    a prompt beside a verify gets what the batch has left, but never one row, and never
-    leaves one row for later."""
+def test_a_prompt_takes_what_the_batch_has_left(budget, pieces):
+    """A prompt beside a verify gets the rows the batch has left, one or more, and the
+    rest later: our own attention gives a prompt's rows the same bits wherever it is cut
+    (tests/engine/test_own_attention.py, test_sequences.py on the engine)."""
     run = FakeEngine()
     verify, prompt = request(1, list(range(11, 19 - budget))), request(0, [1, 2, 3, 4, 5], prompt=True)
     assert rounds(run, verify, prompt, n_batch=8, chunk=8, held=1) == [list(range(11, 19 - budget)), [1, 2, 3, 4, 5]]
-    assert _core.MIN_PROMPT_BATCH == 2  # what the pieces above are cut by
     assert run.rows_of(0) == pieces
 
 
-@pytest.mark.parametrize("chunk, n_batch", [(2 * _core.MIN_PROMPT_BATCH - 1, 64), (65, 64)])
-def test_a_chunk_that_could_leave_single_rows_or_overflow_a_batch_is_refused(chunk, n_batch):
+@pytest.mark.parametrize("chunk, n_batch", [(0, 64), (65, 64)])
+def test_a_chunk_that_is_empty_or_overflows_a_batch_is_refused(chunk, n_batch):
     with pytest.raises(ValueError, match="chunk must be in"):
         check_chunk(chunk, n_batch)
 

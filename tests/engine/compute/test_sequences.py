@@ -29,20 +29,10 @@ N_BATCH = 64
 N_SEQ = 3
 
 
-@pytest.fixture(scope="module")
-def q8_llama(make_tiny_gguf) -> Path:
-    """3 layers of Q8_0 matrices (token embedding and tied head included), 8 query heads
-    over one KV head: a shape where a prompt row computed alone (a batch of one row)
-    takes other bits than in a longer batch, as on real models."""
-    if "q8_0" not in own_products().types:
-        pytest.skip(
-            f"our own products do not multiply Q8_0 here ({own_products().reason}): rows are not batch-invariant"
-        )
-    return make_tiny_gguf("tiny_llama_q8", n_layer=3, n_embd=128, n_head=8, n_head_kv=1, n_ff=256, dtype="q8_0", seed=4)
-
-
-def make_engine(path: Path, n_seq: int, *, n_batch: int = N_BATCH) -> _core.Engine:
-    return _core.Engine(str(path), N_CTX, n_batch, 1, n_seq=n_seq, **own_products().engine_arguments())
+def make_engine(path: Path, n_seq: int, *, n_batch: int = N_BATCH, own_attention: bool = True) -> _core.Engine:
+    return _core.Engine(
+        str(path), N_CTX, n_batch, 1, n_seq=n_seq, own_attention=own_attention, **own_products().engine_arguments()
+    )
 
 
 def ids(n: int, seed: int) -> np.ndarray:
@@ -136,13 +126,26 @@ def test_a_prompt_in_chunks_beside_others_equals_it_whole_alone(q8_llama):
 
 @pytest.mark.parametrize("n", [N_BATCH + 1, 2 * N_BATCH + 1, N_BATCH + 2])
 def test_a_prompt_longer_than_a_batch_equals_it_whole(q8_llama, n):
-    """The engine cuts a prompt at n_batch, but never leaves a last batch of one row
-    (_core.MIN_PROMPT_BATCH): a row alone is multiplied by the cache in another order,
-    which on this model changes its bits."""
+    """The engine cuts a prompt at n_batch, leaving a last batch of one row or two: with
+    our own attention a row alone takes the bits it takes in any batch (with ggml's, a
+    row alone is multiplied by the cache in another order, which on this model changes
+    its bits: test_ggml_attention_gives_a_lone_prompt_row_other_bits)."""
     prompt = ids(n, 5)
     cut = make_engine(q8_llama, 1).forward(prompt, False, None, True, 0)
     whole = make_engine(q8_llama, 1, n_batch=512).forward(prompt, False, None, True, 0)
     assert np.array_equal(cut, whole)
+
+
+def test_ggml_attention_gives_a_lone_prompt_row_other_bits(q8_llama):
+    """The test above can fail: with ggml's attention (own_attention=False) the last
+    batch of one row changes that row's bits, so across prompt cuts identity is our
+    attention's."""
+    prompt = ids(N_BATCH + 1, 5)
+    cut, whole = (
+        make_engine(q8_llama, 1, n_batch=n_batch, own_attention=False).forward(prompt, False, None, True, 0)
+        for n_batch in (N_BATCH, 512)
+    )
+    assert np.array_equal(cut[:-1], whole[:-1]) and not np.array_equal(cut[-1], whole[-1])
 
 
 def test_each_sequence_holds_its_own_cache(q8_llama):
