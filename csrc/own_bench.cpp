@@ -110,6 +110,23 @@ __attribute__((target("avx2"))) void maddubs_ymm(int64_t n) {
                          : "x"(u), "x"(s), "x"(ones));
     }
 }
+
+// the AVX2 kernels' 16-bit runs (own_kernels_x86.inc's Sums): acc (16-bit) + maddubs(u, s)
+// into %k, by way of %8 and %9 alternately; %10: u, %11: s
+#define OWN_MADDUBS16(k, t) "vpmaddubsw %11, %10, %" #t "\n\tvpaddw %" #t ", %" #k ", %" #k "\n\t"
+
+__attribute__((target("avx2"))) void maddubs16_ymm(int64_t n) {
+    const __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1);
+    __m256i acc[k_avx2_chains] = {};
+    __m256i t0, t1;
+    for (int64_t i = 0; i < n; ++i) {
+        __asm__ volatile(OWN_MADDUBS16(0, 8) OWN_MADDUBS16(1, 9) OWN_MADDUBS16(2, 8) OWN_MADDUBS16(3, 9)
+                             OWN_MADDUBS16(4, 8) OWN_MADDUBS16(5, 9) OWN_MADDUBS16(6, 8) OWN_MADDUBS16(7, 9)
+                         : OWN_ACC8("x", acc), "=&x"(t0), "=&x"(t1)
+                         : "x"(u), "x"(s));
+    }
+}
+
 #endif
 
 #if OWN_BENCH_NEON
@@ -180,6 +197,8 @@ std::vector<InstructionPeak> instruction_peaks(const Kernels & kernels, double s
         peaks.push_back(peak_of("vpdpbusd zmm", vpdpbusd_zmm, k_vnni_chains, 64, seconds));
     } else if (name == "avx2") {
         peaks.push_back(peak_of("vpmaddubsw+vpmaddwd+vpaddd ymm", maddubs_ymm, k_avx2_chains, 32, seconds));
+        // the kernels' runs of 16-bit sums need no vpmaddwd per product: their bound
+        peaks.push_back(peak_of("vpmaddubsw+vpaddw ymm", maddubs16_ymm, k_avx2_chains, 32, seconds));
     }
 #endif
 #if OWN_BENCH_NEON
