@@ -65,7 +65,7 @@ def documents(
     max_positions > 0 keeps each document's first that many positions."""
     texts, tasks = load_set()
     out = []
-    for name in texts:
+    for name in dict.fromkeys(t.document for t in tasks):  # the default set's, in order
         task = next(t for t in tasks if t.document == name)
         ids = tokenize_chat(task_messages(texts, task))
         out.append((name, ids[:max_positions] if max_positions > 0 else ids))
