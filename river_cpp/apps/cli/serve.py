@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import Union
 
-from river_cpp.apps.cli._common import add_prompt_cache_argument, model_path, prompt_cache_bytes
+from river_cpp.apps.cli._common import add_prompt_cache_argument, prompt_cache_bytes
 from river_cpp.apps.cli.generate import add_model_arguments, add_speculative_arguments, cli_decoding, open_model
 
 API_KEY_VARIABLE = "RIVER_CPP_API_KEY"
@@ -77,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
         from river_cpp.apps.server import ServerConfig, serve
     except ImportError as error:
         raise ValueError(f"river-cpp serve needs the server extra: pip install 'river-cpp[server]' ({error})") from None
-    parallel = args.parallel
-    if parallel == "auto":
-        parallel = _auto_parallel(args)
-    limits = {"parallel": parallel, "queue_size": args.queue, "max_body_bytes": args.max_body_bytes}
+    auto_parallel = args.parallel == "auto"
+    limits = {
+        "parallel": None if auto_parallel else args.parallel,
+        "queue_size": args.queue,
+        "max_body_bytes": args.max_body_bytes,
+    }
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -96,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     config.check()  # before loading anything
     # The served model's defaults: what a request whose `river` field does not say decodes with.
     chosen = cli_decoding(args)  # resolves -hf into args.model
+    if auto_parallel:  # on the file just resolved, whose verify curve the river choice has timed
+        config = dataclasses.replace(config, parallel=_auto_parallel(args))
     model_id = args.alias or os.path.basename(args.model)
     serve(lambda: open_model(args, chosen, prompt_cache=prompt_cache, n_seq_max=config.parallel), config, model_id)
     return 0
@@ -112,12 +117,11 @@ def _parallel(value: str) -> Union[int, str]:
 
 
 def _auto_parallel(args: argparse.Namespace) -> int:
-    """The slots `--parallel auto` runs (river_cpp.engine.decisions.parallel_choice), said on stderr;
-    one on llama.cpp's backbone, which serves one sequence at a time."""
+    """The slots `--parallel auto` runs on args.model (river_cpp.engine.decisions.parallel_choice),
+    said on stderr; one on llama.cpp's backbone, which serves one sequence at a time."""
     from river_cpp.engine.decisions.backbone_choice import GRAPH, choose_backbone
     from river_cpp.engine.decisions.parallel_choice import choose_parallel
 
-    args.model = model_path(args.model, args.hf_repo)
     if choose_backbone(args.model, args.engine).kind != GRAPH:
         return 1
     choice = choose_parallel(args.model, n_threads=args.threads)

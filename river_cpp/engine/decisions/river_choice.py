@@ -283,7 +283,7 @@ def choose_river(
     timer = timer or time_costs
     cache = _cache_path(path, n_threads)
     identity = file_identity(path)
-    timings = backbone_timings(path, n_threads=n_threads, timer=timer, retime=retime, cpu_ticks=cpu_ticks)
+    timings = _backbone_timings(path, cache, identity, n_threads, timer, retime, cpu_ticks)
     built = []  # rivers built here to be timed
     while True:
         choice = weigh(backbone_type, backbone_bytes, river_bytes, timings)
@@ -312,11 +312,23 @@ def backbone_timings(
     cached beside it): this process's provisional timing or the cache's, else timed now
     and kept (choose_river's first step; river_cpp.engine.decisions.parallel_choice reads it too)."""
     path = Path(model_path)
-    cache = _cache_path(path, n_threads)
-    identity = file_identity(path)
+    return _backbone_timings(
+        path, _cache_path(path, n_threads), file_identity(path), n_threads, timer or time_costs, retime, cpu_ticks
+    )
+
+
+def _backbone_timings(
+    path: Path,
+    cache: Path,
+    identity: dict,
+    n_threads: int,
+    timer: Callable[..., Timings],
+    retime: bool,
+    cpu_ticks: Callable[[], Optional[CpuTicks]],
+) -> Timings:
     timings = None if retime else _provisional_timings(cache, identity) or _read_cache(cache, identity)
     if timings is None:
-        timings = _timed(timer or time_costs, path, (), n_threads, cpu_ticks)
+        timings = _timed(timer, path, (), n_threads, cpu_ticks)
         _keep(cache, identity, timings)
     return timings
 
