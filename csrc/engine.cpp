@@ -244,8 +244,8 @@ void Engine::place(const Placement & placement) {
     if (placed()) {
         throw Error("the model is already placed on its devices");
     }
-    check_placement(placement);
-    check_cache_types(placement_device(placement.kv_cache) == nullptr, attention_plan(placement));
+    AttentionPlan plan = attention_plan(placement);  // which checks the placement too
+    check_cache_types(placement_device(placement.kv_cache) == nullptr, plan);
     // the devices named, in the order of the scheduler's preference: offloading
     // devices before the CPU
     std::vector<std::string> names = placement.backbone_layers;
@@ -319,7 +319,7 @@ void Engine::place(const Placement & placement) {
     std::vector<ggml_backend_t> backends = device_backends_;
     backends.push_back(cpu_backend_);
     graphs_ = std::make_unique<GraphCache>(backends, k_max_kept_graphs);
-    attention_ = attention_plan(placement);
+    attention_ = std::move(plan);
     placement_ = placement;
 }
 
